@@ -1,0 +1,209 @@
+"""The angle math: inverse frequencies and cos/sin of ``position * inv_freq``.
+
+Two methods:
+
+``"exact"`` (default)
+    Range reduction that is exact for integer positions.  A position is split
+    into base-4096 digits ``p = d0 + 4096 d1 + 4096**2 d2`` (plus a fractional
+    part for floating positions).  For each digit level a table of
+    ``cos/sin(d * 4096**level * inv_freq)`` is built once, on the host, in
+    extended precision and rounded to the compute dtype; the angle of ``p`` is
+    then put together with the angle-addition formulas.  Every table entry is
+    correctly rounded, so the result is within a few float32 ulps (< 1e-6
+    absolute) of the float64 truth for every ``|p| < 2**36``, on every backend,
+    including those without float64.  Fractional parts ``f`` in ``[0, 1)`` add
+    ``cos/sin(f * inv_freq)`` computed directly in the compute dtype (error
+    about one ulp of the angle, < 1e-7 absolute in float32).
+
+``"float32"``
+    The common recipe (Hugging Face LLaMA): ``inv_freq = 1 / base**(arange(0, d, 2) / d)``
+    and ``angle = pos * inv_freq``, both in float32, then ``cos``/``sin`` in
+    float32.  Reproduces that recipe bit-for-bit on torch; its error grows with
+    the position (about 6e-2 near 2**20, see the README's numerics table).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ._compat import Array, Namespace, is_real_floating
+
+__all__ = ["ANGLE_METHODS", "DIGIT_BITS", "LEVELS", "cos_sin", "inv_freq", "level_tables"]
+
+ANGLE_METHODS = ("exact", "float32")
+
+#: Bits per position digit and number of digit levels of the exact method.
+DIGIT_BITS = 12
+LEVELS = 3
+_RADIX = 1 << DIGIT_BITS
+
+
+def inv_freq(dim: int, base: float = 10000.0) -> np.ndarray:
+    """Inverse frequencies ``theta_i = base**(-2i/dim)``, ``i = 0 .. dim/2 - 1``, in float64.
+
+    Parameters
+    ----------
+    dim : int
+        Number of rotated features (even).
+    base : float
+        The RoPE base (``rope_theta``).
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``(dim // 2,)``, float64.
+
+    Examples
+    --------
+    >>> import rotary
+    >>> rotary.inv_freq(8, base=10000.0)
+    array([1.   , 0.1  , 0.01 , 0.001])
+    """
+    exps = np.arange(0, dim, 2, dtype=np.float64) / dim
+    return 1.0 / (float(base) ** exps)
+
+
+@functools.lru_cache(maxsize=64)
+def _level_tables_cached(inv_bytes: bytes, levels: int) -> np.ndarray:
+    w = np.frombuffer(inv_bytes, dtype=np.float64)
+    ld = np.longdouble  # 64-bit mantissa on x86; float64 where the platform has no wider type
+    two_pi = ld(2) * ld("3.14159265358979323846264338327950288")
+    digits = np.arange(_RADIX, dtype=ld)[:, None]
+    out = np.empty((levels, _RADIX, 2, w.shape[0]), dtype=np.float64)
+    for level in range(levels):
+        # digit * radix**level is an exact integer; w is exact in longdouble.
+        ang = digits * ld(float(_RADIX**level)) * w.astype(ld)[None, :]
+        ang = np.fmod(ang, two_pi)
+        out[level, :, 0, :] = np.cos(ang).astype(np.float64)
+        out[level, :, 1, :] = np.sin(ang).astype(np.float64)
+    out.setflags(write=False)
+    return out
+
+
+def level_tables(w: np.ndarray, levels: int = LEVELS) -> np.ndarray:
+    """Host tables ``cos/sin(d * 4096**level * w)`` for ``d < 4096``.
+
+    Returns a read-only float64 array of shape ``(levels, 4096, 2, len(w))``
+    (axis 2: cos, sin).  Cached per frequency vector.
+    """
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    return _level_tables_cached(w.tobytes(), int(levels))
+
+
+def levels_for(pos_dtype: Any, xp: Namespace) -> int:
+    """Digit levels needed for a position dtype (statically, from its range)."""
+    if is_real_floating(xp, pos_dtype):
+        return LEVELS
+    try:
+        bits = xp.iinfo(pos_dtype).bits
+    except Exception:
+        return LEVELS
+    if bits <= 16:
+        return 2
+    return LEVELS
+
+
+def cos_sin(
+    pos: Array,
+    w: np.ndarray,
+    *,
+    xp: Namespace,
+    dtype: Any,
+    tables: Array | None = None,
+    method: str = "exact",
+) -> tuple[Array, Array]:
+    """cos and sin of ``pos[..., None] * w`` in ``dtype`` (float32 or float64).
+
+    ``pos`` is an array of ``xp``; ``tables`` is ``level_tables(w)`` already on
+    the right namespace/device/dtype (built here when ``None``).  Returns two
+    arrays of shape ``pos.shape + (len(w),)``.
+    """
+    if method == "float32":
+        return float32_recipe(pos, xp.asarray(w, dtype=xp.float32, device=_device_of(pos, xp)), xp=xp)
+    if tables is None:
+        tables = backend_tables(w, xp=xp, device=_device_of(pos, xp), dtype=dtype)
+    wb = xp.asarray(w, dtype=dtype, device=_device_of(pos, xp))
+    return exact_cos_sin(pos, tables, wb, xp=xp, dtype=dtype)
+
+
+def _device_of(pos: Array, xp: Namespace) -> Any:
+    from ._compat import creation_device
+
+    return creation_device(pos, xp)
+
+
+def backend_tables(w: np.ndarray, *, xp: Namespace, device: Any, dtype: Any) -> Array:
+    """``level_tables(w)`` as an array of ``xp`` on ``device`` in ``dtype``."""
+    np_dtype = np.float64 if (hasattr(xp, "float64") and dtype == xp.float64) else np.float32
+    return xp.asarray(level_tables(w).astype(np_dtype), dtype=dtype, device=device)
+
+
+def exact_cos_sin(
+    pos: Array, tables: Array, w: np.ndarray, *, xp: Namespace, dtype: Any
+) -> tuple[Array, Array]:
+    """Exact-method cos/sin; ``w`` is the inverse-frequency array of ``xp`` in ``dtype``."""
+    n = w.shape[0]
+    shape = tuple(pos.shape)
+    flat = xp.reshape(pos, (-1,))
+    sign = 1.0 - 2.0 * xp.astype(flat < 0, dtype)
+    is_float = is_real_floating(xp, flat.dtype)
+    levels = levels_for(flat.dtype, xp)
+    if is_float:
+        flat = xp.astype(flat, dtype) if flat.dtype != dtype else flat
+        mag = xp.abs(flat)
+        whole = xp.floor(mag)
+        frac = mag - whole
+        rest = whole
+        digits = []
+        for _ in range(levels):
+            digits.append(xp.astype(rest % _RADIX, xp.int32))
+            rest = xp.floor(rest / _RADIX)
+    else:
+        rest = xp.abs(flat)
+        digits = []
+        for _ in range(levels):
+            digits.append(rest % _RADIX)
+            rest = rest // _RADIX
+        frac = None
+
+    c = s = None
+    for level, d in enumerate(digits):
+        t = xp.take(tables[level, ...], d, axis=0)  # (P, 2, n)
+        tc, ts = t[:, 0, :], t[:, 1, :]
+        if c is None:
+            c, s = tc, ts
+        else:
+            c, s = c * tc - s * ts, s * tc + c * ts
+    if frac is not None:
+        ang = frac[:, None] * w
+        fc, fs = xp.cos(ang), xp.sin(ang)
+        c, s = c * fc - s * fs, s * fc + c * fs
+    s = s * sign[:, None]
+    return xp.reshape(c, (*shape, n)), xp.reshape(s, (*shape, n))
+
+
+def float32_recipe(pos: Array, inv32: Array, *, xp: Namespace) -> tuple[Array, Array]:
+    """The common float32 recipe: ``angle = float32(pos) * inv32`` and cos/sin in float32.
+
+    With ``inv32 = float32_inv_freq(...)`` this is Hugging Face's computation
+    operation for operation, so on torch it matches HF bit-for-bit.
+    """
+    ang = xp.astype(pos, xp.float32)[..., None] * inv32
+    return xp.cos(ang), xp.sin(ang)
+
+
+def float32_inv_freq(dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
+    """HF's float32 inverse frequencies, computed with ``xp`` exactly as HF does on torch."""
+    exps = xp.astype(xp.arange(0, dim, 2, dtype=xp.int64, device=device), xp.float32) / dim
+    return 1.0 / (float(base) ** exps)
+
+
+def max_abs_error_float32_recipe(positions: np.ndarray, dim: int = 128, base: float = 1e4) -> float:
+    """Max |cos error| of the float32 recipe at ``positions`` (for docs and tests)."""
+    w32 = 1.0 / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+    ang32 = positions.astype(np.float32)[:, None] * w32.astype(np.float32)
+    truth = np.cos(positions.astype(np.float64)[:, None] * inv_freq(dim, base)[None, :])
+    return float(np.max(np.abs(np.cos(ang32).astype(np.float64) - truth)))

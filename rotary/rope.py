@@ -1,0 +1,371 @@
+"""``RoPE``: one RoPE configuration, held once, with cached cos/sin tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from array_api_compat import is_array_api_obj
+
+from . import _checks
+from ._compat import (
+    Array,
+    Namespace,
+    array_namespace,
+    compute_dtype,
+    creation_device,
+    is_jax_namespace,
+    is_torch_namespace,
+    namespace_key,
+    widest_float,
+)
+from .angles import ANGLE_METHODS, backend_tables, exact_cos_sin, float32_inv_freq, float32_recipe
+from .layouts import expand_pairs, rotate_pairs
+from .scaling import Scaling, from_key, resolve
+from .scaling import key as scaling_key
+
+__all__ = ["RoPE", "as_positions"]
+
+
+class RoPE:
+    """A RoPE configuration: frequencies, layout, partial rotary, scaling.
+
+    Parameters
+    ----------
+    head_dim : int
+        Features per head (even).
+    base : float
+        RoPE base ``theta`` (``rope_theta``), default 10000.
+    layout : {"half", "interleaved"}
+        Pairing of features: ``"half"`` pairs ``i`` with ``i + r/2`` (GPT-NeoX,
+        Hugging Face LLaMA); ``"interleaved"`` pairs ``2i`` with ``2i + 1``
+        (RoFormer, Meta LLaMA, GPT-J).
+    rotary_dim : int, optional
+        Rotate only the first ``rotary_dim`` features of each head (even); the
+        rest pass through.  The frequency exponent uses ``rotary_dim``.
+    scaling : Scaling or dict, optional
+        A context-extension scaling from :mod:`rotary.scaling`, or a Hugging
+        Face ``rope_scaling`` dict.
+    angles : {"exact", "float32"}
+        ``"exact"`` (default): angles within 1e-6 of the float64 truth for
+        integer positions up to 2**36 on every backend.  ``"float32"``: the
+        common float32 recipe, bit-for-bit Hugging Face on torch.
+
+    Notes
+    -----
+    cos/sin digit tables are cached per (namespace, device, dtype), so repeated
+    calls do not rebuild them.  Under ``jax.jit`` and ``torch.compile`` the
+    tables are compile-time constants and positions stay traced.
+
+    Examples
+    --------
+    >>> import numpy as np, rotary
+    >>> rope = rotary.RoPE(64)
+    >>> q = np.ones((2, 8, 16, 64), dtype=np.float32)
+    >>> q_rot, k_rot = rope.apply(q, q, np.arange(16))
+    >>> q_rot.shape, q_rot.dtype
+    ((2, 8, 16, 64), dtype('float32'))
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        *,
+        base: float = 10000.0,
+        layout: str = "half",
+        rotary_dim: int | None = None,
+        scaling: Scaling | dict | None = None,
+        angles: str = "exact",
+    ) -> None:
+        self.head_dim = _checks.check_head_dim(head_dim)
+        self.rotary_dim: int = _checks.check_rotary_dim(rotary_dim, self.head_dim)  # type: ignore[assignment]
+        self.base = _checks.check_base(base)
+        self.layout = _checks.check_layout(layout)
+        self.scaling = resolve(scaling)
+        if angles not in ANGLE_METHODS:
+            raise ValueError(f"angles must be one of {ANGLE_METHODS!r}, got {angles!r}")
+        self.angles = angles
+        self._af = float(self.scaling.attention_factor(self.rotary_dim, self.base))
+        # Plain-value key: identifies the cached constants and lets torch.compile
+        # treat them as compile-time constants (see ``_torch_constants``).
+        self._key = (
+            self.head_dim,
+            self.rotary_dim,
+            self.base,
+            self.layout,
+            scaling_key(self.scaling),
+            self.angles,
+        )
+
+    # -- configuration ---------------------------------------------------------------
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RoPE) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __repr__(self) -> str:
+        extra = "" if self.rotary_dim == self.head_dim else f", rotary_dim={self.rotary_dim}"
+        sc = "" if type(self.scaling).rope_type == "default" else f", scaling={self.scaling!r}"
+        an = "" if self.angles == "exact" else f", angles={self.angles!r}"
+        return f"RoPE({self.head_dim}, base={self.base:g}, layout={self.layout!r}{extra}{sc}{an})"
+
+    @property
+    def attention_factor(self) -> float:
+        """Factor multiplied into cos and sin by the scaling (1.0 for most)."""
+        return self._af
+
+    # -- frequencies and tables ----------------------------------------------------
+    def inv_freq(self, *, xp: Namespace | None = None, device: Any = None, dtype: Any = None) -> Array:
+        """Inverse frequencies, shape ``(rotary_dim // 2,)``.
+
+        Float64 NumPy by default; with ``xp`` (and optionally ``device`` and
+        ``dtype``) an array of that namespace (widest float available by default).
+
+        Examples
+        --------
+        >>> import rotary
+        >>> rotary.RoPE(8).inv_freq()
+        array([1.   , 0.1  , 0.01 , 0.001])
+        """
+        w = _host_inv_freq(self._key)
+        if xp is None:
+            return w.copy()
+        dtype = widest_float(xp, device) if dtype is None else dtype
+        return xp.asarray(w, dtype=dtype, device=device)
+
+    def _constants(self, xp: Namespace, dev: Any, dtype: Any) -> tuple[Array, Array]:
+        """(digit tables, inverse frequencies) on ``xp``/``dev`` in ``dtype``, cached."""
+        if is_torch_namespace(xp):
+            return _torch_constants(self._key, str(dev), str(dtype).rsplit(".", 1)[-1])
+        return _constants(self._key, xp, dev, dtype)
+
+    def _half_cos_sin(self, pos: Array, xp: Namespace, dev: Any, dtype: Any) -> tuple[Array, Array]:
+        """cos, sin of shape ``pos.shape + (rotary_dim // 2,)`` in ``dtype``, af applied."""
+        if self.scaling.dynamic:
+            c, s = self.scaling.dynamic_cos_sin(self, pos, xp=xp, device=dev, dtype=dtype)
+        elif self.angles == "float32":
+            _, inv32 = self._constants(xp, dev, "float32recipe")
+            c, s = float32_recipe(pos, inv32, xp=xp)
+            if c.dtype != dtype:
+                c, s = xp.astype(c, dtype), xp.astype(s, dtype)
+        else:
+            tables, w = self._constants(xp, dev, dtype)
+            c, s = exact_cos_sin(pos, tables, w, xp=xp, dtype=dtype)
+        if self._af != 1.0:
+            c, s = c * self._af, s * self._af
+        return c, s
+
+    def cos_sin(
+        self,
+        pos: Any,
+        *,
+        xp: Namespace | None = None,
+        device: Any = None,
+        dtype: Any = None,
+        full: bool = False,
+    ) -> tuple[Array, Array]:
+        """cos and sin of the rotation angles at ``pos`` (attention factor applied).
+
+        Parameters
+        ----------
+        pos : array or int or sequence
+            Positions, any shape.
+        xp, device, dtype
+            Namespace, device and floating dtype of the result (defaults: those of
+            ``pos``, or NumPy; float32, or float64 when ``xp`` is given a float64 dtype).
+        full : bool
+            ``False``: shape ``pos.shape + (rotary_dim // 2,)``, one value per pair.
+            ``True``: shape ``pos.shape + (rotary_dim,)``, laid out for ``self.layout``
+            (``"half"``: ``concat(c, c)`` as Hugging Face returns it; ``"interleaved"``:
+            each value repeated twice).
+
+        Examples
+        --------
+        >>> import rotary
+        >>> c, s = rotary.RoPE(4).cos_sin([0, 1])
+        >>> c.shape
+        (2, 2)
+        >>> float(c[1, 0]), float(s[0, 1])
+        (0.5403022766113281, 0.0)
+        """
+        if xp is None:
+            xp = array_namespace(pos)
+        pos = as_positions(pos, xp, device, "pos")
+        dev = device if device is not None else creation_device(pos, xp)
+        dtype = xp.float32 if dtype is None else dtype
+        cdt = compute_dtype(xp, dtype)
+        _checks.check_positions_values(pos, xp, "pos")
+        c, s = self._half_cos_sin(pos, xp, dev, cdt)
+        if full:
+            c, s = expand_pairs(c, self.layout, xp), expand_pairs(s, self.layout, xp)
+        if c.dtype != dtype:
+            c, s = xp.astype(c, dtype), xp.astype(s, dtype)
+        return c, s
+
+    # -- rotation ------------------------------------------------------------------
+    def rotate(self, x: Array, pos: Any) -> Array:
+        """Rotate one array ``x`` of shape ``(..., head_dim)`` at positions ``pos``.
+
+        ``pos`` broadcasts against ``x.shape[:-1]``.  Returns an array of ``x``'s
+        namespace, device, shape and dtype.
+
+        Examples
+        --------
+        >>> import numpy as np, rotary
+        >>> x = np.ones((3, 4), dtype=np.float32)
+        >>> rotary.RoPE(4).rotate(x, np.arange(3)).round(3)
+        array([[ 1.   ,  1.   ,  1.   ,  1.   ],
+               [-0.301,  0.99 ,  1.382,  1.01 ],
+               [-1.325,  0.98 ,  0.493,  1.02 ]], dtype=float32)
+        """
+        xp = array_namespace(x, pos, names=("x", "pos"))
+        self._check_x(x, xp, "x")
+        pos = self._prepare_pos(pos, x, xp, "pos", [("x", x)])
+        dev = creation_device(x, xp)
+        cdt = compute_dtype(xp, x.dtype)
+        c, s = self._half_cos_sin(pos, xp, dev, cdt)
+        return rotate_pairs(x, c, s, layout=self.layout, rotary_dim=self.rotary_dim, xp=xp)
+
+    def apply(self, q: Array, k: Array, pos: Any, *, k_pos: Any = None) -> tuple[Array, Array]:
+        """Rotate queries and keys; ``k_pos`` (default ``pos``) gives the keys' positions.
+
+        Examples
+        --------
+        >>> import numpy as np, rotary
+        >>> rope = rotary.RoPE(8)
+        >>> q = np.random.default_rng(0).normal(size=(1, 4, 5, 8)).astype(np.float32)
+        >>> qr, kr = rope.apply(q, q, np.arange(5))
+        >>> bool(np.allclose((qr * qr).sum(-1), (q * q).sum(-1), rtol=1e-5))
+        True
+        """
+        xp = array_namespace(q, k, pos, k_pos, names=("q", "k", "pos", "k_pos"))
+        for name, a in (("q", q), ("k", k)):
+            if not is_array_api_obj(a):
+                raise TypeError(f"{name} must be an array, got {type(a).__name__}")
+        _checks.check_qk(q, k)
+        self._check_x(q, xp, "q")
+        self._check_x(k, xp, "k")
+        arrays = [("q", q), ("k", k)]
+        if q.dtype != k.dtype:
+            raise TypeError(f"q and k must have the same dtype, got {q.dtype} and {k.dtype}")
+        dev = creation_device(q, xp)
+        cdt = compute_dtype(xp, q.dtype)
+        if k_pos is None:
+            pos = self._prepare_pos(pos, q, xp, "pos", arrays)
+            _checks.check_broadcast(tuple(pos.shape), tuple(k.shape[:-1]), "pos", "k")
+            c, s = self._half_cos_sin(pos, xp, dev, cdt)
+            ck, sk = c, s
+        else:
+            pos = self._prepare_pos(pos, q, xp, "pos", arrays)
+            k_pos = self._prepare_pos(k_pos, k, xp, "k_pos", arrays)
+            c, s = self._half_cos_sin(pos, xp, dev, cdt)
+            ck, sk = self._half_cos_sin(k_pos, xp, dev, cdt)
+        kw = {"layout": self.layout, "rotary_dim": self.rotary_dim, "xp": xp}
+        return rotate_pairs(q, c, s, **kw), rotate_pairs(k, ck, sk, **kw)
+
+    # -- helpers -------------------------------------------------------------------
+    def _check_x(self, x: Array, xp: Namespace, name: str) -> None:
+        if not is_array_api_obj(x):
+            raise TypeError(f"{name} must be an array, got {type(x).__name__}")
+        _checks.check_floating(x, xp, name)
+        if x.ndim < 1 or x.shape[-1] != self.head_dim:
+            raise ValueError(
+                f"{name}.shape[-1] must equal head_dim={self.head_dim}, got shape {tuple(x.shape)}"
+            )
+
+    def _prepare_pos(
+        self, pos: Any, x: Array, xp: Namespace, name: str, arrays: list[tuple[str, Array]]
+    ) -> Array:
+        pos = as_positions(pos, xp, creation_device(x, xp), name)
+        _checks.check_same_device(xp, [*arrays, (name, pos)])
+        _checks.check_broadcast(tuple(pos.shape), tuple(x.shape[:-1]), name, _xname(arrays, x))
+        _checks.check_positions_values(pos, xp, name)
+        return pos
+
+
+def _xname(arrays: list[tuple[str, Array]], x: Array) -> str:
+    for n, a in arrays:
+        if a is x:
+            return n
+    return "x"
+
+
+def as_positions(pos: Any, xp: Namespace, device: Any, name: str = "pos") -> Array:
+    """Convert ``pos`` (array of ``xp``, Python number or sequence) to an array of ``xp``."""
+    if is_array_api_obj(pos):
+        dt = pos.dtype
+        if xp.isdtype(dt, "bool") or not xp.isdtype(dt, ("integral", "real floating")):
+            raise TypeError(f"{name} must hold integer or real floating positions, got dtype {dt}")
+        return pos
+    if isinstance(pos, (bool, np.bool_)):
+        raise TypeError(f"{name} must be integer or real floating positions, got a bool")
+    try:
+        host = np.asarray(pos)
+    except Exception:
+        raise TypeError(f"{name} must be an array, a number or a sequence of numbers") from None
+    if host.dtype.kind in "iu":
+        info = xp.__array_namespace_info__()
+        dt = info.default_dtypes(device=device)["integral"]
+    elif host.dtype.kind == "f":
+        dt = widest_float(xp, device)
+    else:
+        raise TypeError(f"{name} must be integer or real floating positions, got {host.dtype} values")
+    return xp.asarray(host, dtype=dt, device=device)
+
+
+# -- cached constants ----------------------------------------------------------------
+# Keyed by the RoPE's plain-value key and (namespace, device, dtype).  Building them
+# is host-side NumPy work done once per configuration.
+_HOST_W: dict[tuple, np.ndarray] = {}
+_CONSTANTS: dict[tuple, tuple[Array, Array]] = {}
+
+
+def _host_inv_freq(key: tuple) -> np.ndarray:
+    w = _HOST_W.get(key)
+    if w is None:
+        _, rotary_dim, base, _, skey, _ = key
+        w = np.asarray(from_key(skey).inv_freq(rotary_dim, base), dtype=np.float64)
+        w.setflags(write=False)
+        _HOST_W[key] = w
+    return w
+
+
+def _constants(key: tuple, xp: Namespace, dev: Any, dtype: Any) -> tuple[Array, Array]:
+    ck = (key, *namespace_key(xp, dev, dtype))
+    out = _CONSTANTS.get(ck)
+    if out is None:
+        if is_jax_namespace(xp):
+            import jax  # the caller holds JAX arrays
+
+            # Build concrete constants even when called under jit, so they can be cached.
+            with jax.ensure_compile_time_eval():
+                out = _build_constants(key, xp, dev, dtype)
+        else:
+            out = _build_constants(key, xp, dev, dtype)
+        _CONSTANTS[ck] = out
+    return out
+
+
+def _build_constants(key: tuple, xp: Namespace, dev: Any, dtype: Any) -> tuple[Array, Array]:
+    _, rotary_dim, base, _, skey, _ = key
+    if dtype == "float32recipe":
+        hf = getattr(from_key(skey), "float32_inv_freq", None) or float32_inv_freq
+        return (None, hf(rotary_dim, base, xp=xp, device=dev))
+    w = _host_inv_freq(key)
+    return backend_tables(w, xp=xp, device=dev, dtype=dtype), xp.asarray(w, dtype=dtype, device=dev)
+
+
+def _torch_constants(key: tuple, dev: str, dtype: str) -> tuple[Array, Array]:
+    import array_api_compat.torch as xp
+    import torch
+
+    dt = dtype if dtype == "float32recipe" else getattr(torch, dtype)
+    return _constants(key, xp, torch.device(dev), dt)
+
+
+# torch.compile: these tensors depend only on plain-value arguments, so dynamo may call
+# the function at trace time and embed its result as constants instead of tracing the
+# NumPy table construction.  (This is what ``torch.compiler.assume_constant_result``
+# does; set directly so that importing rotary never imports torch.)
+_torch_constants._dynamo_marked_constant = True  # type: ignore[attr-defined]
