@@ -19,7 +19,13 @@ from ._compat import (
     namespace_key,
     widest_float,
 )
-from .angles import ANGLE_METHODS, backend_tables, exact_cos_sin, float32_inv_freq, float32_recipe
+from .angles import (
+    ANGLE_METHODS,
+    backend_tables,
+    exact_cos_sin_positions,
+    float32_inv_freq,
+    float32_recipe,
+)
 from .layouts import expand_pairs, rotate_pairs
 from .scaling import Scaling, from_key, resolve
 from .scaling import key as scaling_key
@@ -176,7 +182,7 @@ class RoPE:
                 c, s = xp.astype(c, dtype), xp.astype(s, dtype)
         else:
             tables, w = self._constants(xp, dev, dtype)
-            c, s = exact_cos_sin(pos, tables, w, xp=xp, dtype=dtype)
+            c, s = exact_cos_sin_positions(pos, tables, w, xp=xp, dtype=dtype)
         if self._af != 1.0:
             c, s = c * self._af, s * self._af
         if out_dtype is not None and c.dtype != out_dtype:

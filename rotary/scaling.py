@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ._compat import Array, Namespace, widest_float
-from .angles import exact_cos_sin, float32_recipe
+from .angles import exact_cos_sin_positions, float32_recipe
 from .angles import float32_inv_freq as default_float32_inv_freq
 from .angles import inv_freq as default_inv_freq
 
@@ -386,7 +386,7 @@ def _static_cos_sin(rope: Any, pos: Array, xp: Namespace, dev: Any, dtype: Any) 
             c, s = xp.astype(c, dtype), xp.astype(s, dtype)
         return c, s
     tables, w = rope._constants(xp, dev, dtype)
-    return exact_cos_sin(pos, tables, w, xp=xp, dtype=dtype)
+    return exact_cos_sin_positions(pos, tables, w, xp=xp, dtype=dtype)
 
 
 _SUB_ROPES: dict[tuple, Any] = {}
