@@ -173,48 +173,45 @@ def test_longrope_switches_on_sequence_length(backend, rng):
     np.testing.assert_allclose(norms, af * np.linalg.norm(q.astype(np.float32), axis=-1), rtol=1e-5)
 
 
-@pytest.mark.parametrize("angles", ["exact", "float32"])
-def test_dynamic_scalings_under_jax_jit(angles):
+_COMPILE_CASES = [
+    pytest.param(lambda: sc.YaRN(4.0, 16), "exact", id="yarn-exact"),
+    pytest.param(lambda: _longrope()[0], "exact", id="longrope-exact"),
+    pytest.param(lambda: sc.DynamicNTK(2.0, 16, per_sequence=True), "float32", id="dynamic-per-seq-float32"),
+]
+
+
+@pytest.mark.parametrize("make_scaling, angles", _COMPILE_CASES)
+def test_scalings_under_jax_jit(make_scaling, angles):
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
 
-    for scaling in (sc.DynamicNTK(2.0, 16), _longrope()[0], sc.YaRN(4.0, 16)):
-        rope = rotary.RoPE(D, scaling=scaling, angles=angles)
-        f = jax.jit(lambda p, rope=rope: rope.cos_sin(p))
-        for n in (10, 40):  # same shape class would retrace; values decide the branch in-graph
-            p = jnp.arange(n, dtype=jnp.int32)
-            c, _ = f(p)
-            ce, _ = rope.cos_sin(np.arange(n))
-            np.testing.assert_allclose(np.asarray(c), ce, rtol=0, atol=2e-6)
-        # one compiled function, both branches: same shape, different values
-        p_short = jnp.arange(40, dtype=jnp.int32) % 8
-        c, _ = f(p_short)
-        np.testing.assert_allclose(np.asarray(c), rope.cos_sin(np.arange(40) % 8)[0], rtol=0, atol=2e-6)
+    rope = rotary.RoPE(D, scaling=make_scaling(), angles=angles)
+    f = jax.jit(lambda p: rope.cos_sin(p))
+    # One compiled function; the positions' values pick the dynamic branch in-graph.
+    for p in (np.stack([np.arange(40), np.arange(40) % 8]), np.stack([np.arange(40) % 8] * 2)):
+        c, s = f(jnp.asarray(p, dtype=jnp.int32))
+        ce, se = rope.cos_sin(p.astype(np.int32))
+        np.testing.assert_allclose(np.asarray(c), ce, rtol=0, atol=2e-6)
+        np.testing.assert_allclose(np.asarray(s), se, rtol=0, atol=2e-6)
 
 
-@pytest.mark.parametrize("angles", ["exact", "float32"])
-def test_scalings_under_torch_compile_fullgraph(angles):
+@pytest.mark.parametrize("make_scaling, angles", _COMPILE_CASES)
+def test_scalings_under_torch_compile_fullgraph(make_scaling, angles):
     torch = pytest.importorskip("torch")
+    # One compile per configuration (a second RoPE config through the same compiled code
+    # recompiles with its floats made dynamic, which the constant tables do not support yet).
     torch._dynamo.reset()
+    rope = rotary.RoPE(D, scaling=make_scaling(), angles=angles)
 
-    def make(rope):
-        def f(q, k, p):
-            return rope.apply(q, k, p)
+    def f(q, k, p):
+        return rope.apply(q, k, p)
 
-        return f
-
-    for scaling in (sc.YaRN(4.0, 16), sc.DynamicNTK(2.0, 16, per_sequence=True), _longrope()[0]):
-        # One compile per configuration (a second RoPE config through the same compiled code
-        # recompiles with its floats made dynamic, which the constant tables do not support yet).
-        torch._dynamo.reset()
-        f = make(rotary.RoPE(D, scaling=scaling, angles=angles))
-        cf = torch.compile(f, fullgraph=True, backend="eager" if angles == "exact" else "inductor")
-        q = torch.randn(2, 2, 40, D)
-        for p in (torch.arange(40).expand(2, 1, 40), (torch.arange(40) % 8).expand(2, 1, 40)):
-            got = cf(q, q, p)
-            want = f(q, q, p)
-            for a, b in zip(got, want, strict=True):
-                np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-5)
+    cf = torch.compile(f, fullgraph=True, backend="eager")
+    q = torch.randn(2, 2, 40, D)
+    for p in (torch.stack([torch.arange(40), torch.arange(40) % 8]), (torch.arange(40) % 8).expand(2, 40)):
+        p = p[:, None, :]
+        for a, b in zip(cf(q, q, p), f(q, q, p), strict=True):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-6)
 
 
 # -- keys, immutability, errors -----------------------------------------------------------
