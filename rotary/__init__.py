@@ -10,22 +10,27 @@ on NumPy, CuPy, PyTorch, JAX, Dask and array-api-strict arrays.
 
 from __future__ import annotations
 
-from . import angles, layouts, scaling
+from . import angles, layouts, multiaxis, scaling
 from .angles import inv_freq
 from .apply import apply, rotate
-from .layouts import LAYOUTS
+from .layouts import LAYOUTS, convert_layout
+from .multiaxis import AxialRoPE, MRoPE
 from .rope import RoPE
 
 __version__ = "0.1.0"
 
 __all__ = [
     "LAYOUTS",
+    "AxialRoPE",
+    "MRoPE",
     "RoPE",
     "__version__",
     "angles",
     "apply",
+    "convert_layout",
     "inv_freq",
     "layouts",
+    "multiaxis",
     "rotate",
     "scaling",
 ]
