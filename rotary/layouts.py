@@ -82,20 +82,25 @@ def layout_permutation(src: str, dst: str, head_dim: int, rotary_dim: int | None
     >>> rotary.layouts.layout_permutation("half", "interleaved", 8, rotary_dim=4)
     array([0, 2, 1, 3, 4, 5, 6, 7])
     """
+    return np.asarray(_permutation(src, dst, head_dim, rotary_dim), dtype=np.int64)
+
+
+def _permutation(src: str, dst: str, head_dim: int, rotary_dim: int | None) -> list[int]:
+    # Plain Python (no NumPy), so torch.compile and jax.jit see constants, not traced ops.
     check_layout(src, "src")
     check_layout(dst, "dst")
     head_dim = _check_even_dim(head_dim, "head_dim")
     r = head_dim if rotary_dim is None else _check_even_dim(rotary_dim, "rotary_dim")
     if r > head_dim:
         raise ValueError(f"rotary_dim={r} is larger than head_dim={head_dim}")
-    perm = np.arange(head_dim)
     h = r // 2
-    i = np.arange(h)
     if src == "interleaved" and dst == "half":
-        perm[:h], perm[h:r] = 2 * i, 2 * i + 1
+        rot = [2 * i for i in range(h)] + [2 * i + 1 for i in range(h)]
     elif src == "half" and dst == "interleaved":
-        perm[0:r:2], perm[1:r:2] = i, i + h
-    return perm
+        rot = [j for i in range(h) for j in (i, i + h)]
+    else:
+        rot = list(range(r))
+    return rot + list(range(r, head_dim))
 
 
 def _check_even_dim(n: Any, name: str) -> int:
@@ -181,9 +186,9 @@ def convert_layout(
             f"x.shape[{axis}]={n} is not a multiple of head_dim={hd}; pass the per-head size "
             "(for q: n_heads * head_dim rows, for k: n_kv_heads * head_dim rows)"
         )
-    perm = layout_permutation(src, dst, hd, rotary_dim)
+    perm = _permutation(src, dst, hd, rotary_dim)
     if src == dst:
         return x
-    full = (np.arange(0, n, hd)[:, None] + perm[None, :]).reshape(-1)
-    idx = xp.asarray(full.tolist(), dtype=xp.int32 if n < 2**31 else xp.int64, device=creation_device(x, xp))
+    full = [start + j for start in range(0, n, hd) for j in perm]
+    idx = xp.asarray(full, dtype=xp.int32 if n < 2**31 else xp.int64, device=creation_device(x, xp))
     return xp.take(x, idx, axis=ax)

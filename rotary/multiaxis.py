@@ -95,7 +95,7 @@ class _MultiAxisRoPE:
         return c, s
 
     def rotate(self, x: Array, pos: Any) -> Array:
-        """Rotate ``x`` of shape ``(..., head_dim)``; one coordinate of ``pos`` broadcasts to its leading axes."""
+        """Rotate ``x`` of shape ``(..., head_dim)`` at ``pos`` (coordinates broadcast to x.shape[:-1])."""
         xp = array_namespace(x, pos, names=("x", "pos"))
         self._check_x(x, xp, "x")
         pos = self._prepare(pos, x, xp, "pos", [("x", x)])
