@@ -278,20 +278,20 @@ def mrope_rows(sections: Any, *, interleaved: bool = False) -> np.ndarray:
     >>> mrope_rows([4, 2, 2], interleaved=True)
     array([0, 1, 2, 0, 1, 2, 0, 0])
     """
-    sections = _check_int_list(sections, "sections")
-    n = sum(sections)
+    return np.asarray(_rows(_check_int_list(sections, "sections"), interleaved), dtype=np.int64)
+
+
+def _rows(sections: tuple[int, ...], interleaved: bool) -> list[int]:
+    # Plain Python (no NumPy), so constructing an MRoPE inside torch.compile traces cleanly.
+    nr, n = len(sections), sum(sections)
     if not interleaved:
-        return np.repeat(np.arange(len(sections)), sections)
-    i = np.arange(n)
-    rows = np.zeros(n, dtype=np.int64)
-    nr = len(sections)
-    for j in range(1, nr):
-        rows[(i % nr == j) & (i < nr * sections[j])] = j
-    counts = np.bincount(rows, minlength=nr)
-    if tuple(counts.tolist()) != sections:
+        return [j for j, v in enumerate(sections) for _ in range(v)]
+    rows = [next((j for j in range(1, nr) if i % nr == j and i < nr * sections[j]), 0) for i in range(n)]
+    counts = tuple(rows.count(j) for j in range(nr))
+    if counts != sections:
         raise ValueError(
             f"interleaved sections {sections} cannot be laid out round robin: rows would get "
-            f"{tuple(counts.tolist())} frequencies"
+            f"{counts} frequencies"
         )
     return rows
 
@@ -357,11 +357,9 @@ class MRoPE(_MultiAxisRoPE):
                 f"frequency), got {self.sections} (sum {sum(self.sections)})"
             )
         self.interleaved = bool(interleaved)
-        rows = mrope_rows(self.sections, interleaved=self.interleaved)
-        self._rows = tuple(rows.tolist())
+        self._rows = tuple(_rows(self.sections, self.interleaved))
         self._masks = tuple(tuple(r == j for r in self._rows) for j in range(len(self.sections)))
-        bounds = np.cumsum((0, *self.sections)).tolist()
-        self._bounds = tuple(itertools.pairwise(bounds))
+        self._bounds = tuple(itertools.pairwise(itertools.accumulate(self.sections, initial=0)))
 
     def __repr__(self) -> str:
         il = ", interleaved=True" if self.interleaved else ""
