@@ -133,6 +133,20 @@ def test_axial_matches_hf_qwen2_vl_vision_rope(rng):
     assert_close(exact, ref, "float32")
 
 
+def test_axial_matches_lucidrains_axial_freqs(rng):
+    torch = pytest.importorskip("torch")
+    ret = pytest.importorskip("rotary_embedding_torch")
+    pe = ret.RotaryEmbedding(dim=8, freqs_for="lang", theta=10000)  # 8 features per axis
+    x = torch.from_numpy(rng.normal(size=(2, 3, 4, 16)).astype(np.float32))  # (batch, rows, cols, dim)
+    theirs = ret.apply_rotary_emb(pe.get_axial_freqs(3, 4), x)
+    rows, cols = np.meshgrid(np.arange(3), np.arange(4), indexing="ij")
+    pos = np.stack([rows, cols], axis=-1)
+    ours = rotary.AxialRoPE(16, 2, layout="interleaved").rotate(x, torch.from_numpy(pos))
+    ref = pair_rotate_ref(x.numpy().astype(np.float64), axial_theta(pos, (8, 8)), "interleaved")
+    assert_close(ours, ref, "float32")
+    assert_close(theirs, ref, "float32", factor=64)  # their float32 angles: same layout, looser
+
+
 # -- M-RoPE ---------------------------------------------------------------------------
 @pytest.mark.parametrize("interleaved", [False, True])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
