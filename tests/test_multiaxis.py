@@ -276,6 +276,17 @@ def test_proportional_matches_hf(rng):
     torch.testing.assert_close(rope.rotate(x, pos), hq, rtol=0, atol=0)
     c, _ = rope.cos_sin(pos, full=True)
     torch.testing.assert_close(c, cos[0], rtol=0, atol=0)
+    # with HF's linear ``factor`` (frequencies divided after the zero padding)
+    cfg4 = LlamaConfig(
+        hidden_size=64, num_attention_heads=2, head_dim=32, rope_parameters={**rp, "factor": 4.0}
+    )
+    inv4, _ = ROPE_INIT_FUNCTIONS["proportional"](cfg4)
+    lin = rotary.RoPE(
+        32, rotary_dim=8, partial="proportional", scaling={"rope_type": "linear", "factor": 4.0}
+    )
+    np.testing.assert_allclose(lin.inv_freq(), inv4.numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match="partial must be one of"):
+        rotary.RoPE(32, rotary_dim=8, partial="gemma")
 
 
 # -- tracing --------------------------------------------------------------------------
