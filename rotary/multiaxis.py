@@ -90,6 +90,15 @@ class _MultiAxisRoPE:
         Shape ``coord_shape + (rotary_dim // 2,)`` (one value per pair), or with
         ``full=True`` ``coord_shape + (rotary_dim,)`` laid out for ``self.layout``.
         ``xp``/``device``/``dtype`` as in :meth:`rotary.RoPE.cos_sin`.
+
+        Examples
+        --------
+        >>> import rotary
+        >>> c, s = rotary.AxialRoPE(8, 2).cos_sin([[0, 0], [1, 2]])    # two (row, col) positions
+        >>> c.shape                                                    # 2 pairs per axis
+        (2, 4)
+        >>> [round(float(v), 4) for v in c[1]]      # theta (1, 0.01) per axis: row 1, col 2
+        [0.5403, 0.9999, -0.4161, 0.9998]
         """
         if xp is None:
             xp = array_namespace(pos)
@@ -106,7 +115,15 @@ class _MultiAxisRoPE:
         return c, s
 
     def rotate(self, x: Array, pos: Any) -> Array:
-        """Rotate ``x`` of shape ``(..., head_dim)`` at ``pos`` (coordinates broadcast to x.shape[:-1])."""
+        """Rotate ``x`` of shape ``(..., head_dim)`` at ``pos`` (coordinates broadcast to x.shape[:-1]).
+
+        Examples
+        --------
+        >>> import numpy as np, rotary
+        >>> x = np.ones((4, 8), dtype=np.float32)
+        >>> rotary.AxialRoPE(8, 2).rotate(x, [[0, 0]] * 4).tolist() == x.tolist()   # origin: identity
+        True
+        """
         xp = array_namespace(x, pos, names=("x", "pos"))
         self._check_x(x, xp, "x")
         pos = self._prepare(pos, x, xp, "pos", [("x", x)])
@@ -115,7 +132,18 @@ class _MultiAxisRoPE:
         return rotate_pairs(x, c, s, layout=self.layout, rotary_dim=self.rotary_dim, xp=xp)
 
     def apply(self, q: Array, k: Array, pos: Any, *, k_pos: Any = None) -> tuple[Array, Array]:
-        """Rotate queries and keys (``k_pos`` defaults to ``pos``); grouped-query heads allowed."""
+        """Rotate queries and keys (``k_pos`` defaults to ``pos``); grouped-query heads allowed.
+
+        Examples
+        --------
+        >>> import numpy as np, rotary
+        >>> q = np.ones((1, 4, 6, 16), dtype=np.float32)              # (batch, heads, seq, dim)
+        >>> k = np.ones((1, 2, 6, 16), dtype=np.float32)              # 2 kv heads
+        >>> pos = np.stack([np.arange(6)] * 3)[:, None, None, :]      # (3, 1, 1, seq): text tokens
+        >>> qr, kr = rotary.MRoPE(16, (2, 3, 3)).apply(q, k, pos)
+        >>> bool(np.allclose(qr, rotary.rotate(q, np.arange(6)), atol=1e-6))
+        True
+        """
         xp = array_namespace(q, k, pos, k_pos, names=("q", "k", "pos", "k_pos"))
         self._check_x(q, xp, "q")
         self._check_x(k, xp, "k")
