@@ -10,10 +10,11 @@ on NumPy, CuPy, PyTorch, JAX, Dask and array-api-strict arrays.
 
 from __future__ import annotations
 
-from . import angles, hf, layouts, scaling
+from . import angles, hf, layouts, multiaxis, scaling
 from .angles import inv_freq
 from .apply import apply, rotate
-from .layouts import LAYOUTS
+from .layouts import LAYOUTS, convert_layout
+from .multiaxis import AxialRoPE, MRoPE
 from .rope import RoPE
 from .scaling import NTK, DynamicNTK, Linear, Llama3, LongRoPE, Scaling, YaRN
 
@@ -22,19 +23,23 @@ __version__ = "0.1.0"
 __all__ = [
     "LAYOUTS",
     "NTK",
+    "AxialRoPE",
     "DynamicNTK",
     "Linear",
     "Llama3",
     "LongRoPE",
+    "MRoPE",
     "RoPE",
     "Scaling",
     "YaRN",
     "__version__",
     "angles",
     "apply",
+    "convert_layout",
     "hf",
     "inv_freq",
     "layouts",
+    "multiaxis",
     "rotate",
     "scaling",
 ]
