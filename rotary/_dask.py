@@ -21,7 +21,7 @@ import numpy as np
 from ._checks import check_broadcast
 from ._compat import Array, array_namespace, device
 
-__all__ = ["merge_axis", "rotate", "split_positions"]
+__all__ = ["convert_layout", "linear_attention", "merge_axis", "rotate", "split_positions"]
 
 
 def _known(n: Any) -> bool:
@@ -81,6 +81,36 @@ def rotate(rope: Any, x: Array, pos: Array, name: str = "x", pos_name: str = "po
     x = merge_axis(x, -1)
     p = split_positions(pos, x, pos_name, name)
     return da.map_blocks(_rotate_block, x, p, rope=rope, dtype=x.dtype, meta=x._meta)
+
+
+# -- layout conversion -----------------------------------------------------------------
+def convert_layout(x: Array, src: str, dst: str, axis: int, head_dim: int, rotary_dim: int | None) -> Array:
+    """:func:`rotary.convert_layout` on a Dask ``x``: one task per block.
+
+    The permutation stays inside each head, so blocks holding whole heads along
+    ``axis`` are converted independently and every chunk is kept.  Where a chunk
+    boundary cuts a head, that axis is re-chunked to whole heads first (chunks of
+    about the same size), so a head is never permuted in pieces.
+    """
+    import dask.array as da
+
+    from .layouts import convert_layout as convert
+
+    chunks = x.chunks[axis]
+    if any(not _known(c) or c % head_dim for c in chunks):
+        per = max(1, round(max(c for c in chunks if _known(c)) / head_dim)) * head_dim
+        x = x.rechunk({axis: per})
+    return da.map_blocks(
+        convert,
+        x,
+        src=src,
+        dst=dst,
+        axis=axis,
+        head_dim=head_dim,
+        rotary_dim=rotary_dim,
+        dtype=x.dtype,
+        meta=x._meta,
+    )
 
 
 # -- linear attention ------------------------------------------------------------------
