@@ -193,6 +193,7 @@ def linear_attention(
     key_mask: Any,
     state: Any,
     return_state: bool,
+    scan: str = "sequential",
     **opts: Any,
 ) -> Any:
     """:func:`rotary.linear_attention` on Dask arrays (arguments already validated).
@@ -284,7 +285,7 @@ def linear_attention(
     attn_opts = {**opts}
     if causal:
         if nb > 1:
-            incl = da.cumsum(P, axis=nl)  # the scan over chunk summaries
+            incl = da.cumsum(P, axis=nl, method=scan)  # the scan over chunk summaries
             first = da.zeros_like(P[(slice(None),) * nl + (slice(0, 1),)])
             excl = da.concatenate([first, incl[(slice(None),) * nl + (slice(0, nb - 1),)]], axis=nl)
         else:
