@@ -103,7 +103,7 @@ def causal_linear_attention_dask(
     import dask.array as da
 
     from . import _dask
-    from . import linear_attention as _la
+    from .linear_attention import _check_common, _lead_shape
 
     if scan not in _SCANS:
         raise ValueError(f"scan must be one of {_SCANS!r}, got {scan!r}")
@@ -123,6 +123,9 @@ def causal_linear_attention_dask(
         arrays.append(a)
     if pos is not None and not is_dask_namespace(array_namespace(pos)):
         pos = da.asarray(pos)
+    mask = kwargs.get("key_mask")
+    if mask is not None and not is_dask_namespace(array_namespace(mask)):
+        kwargs["key_mask"] = da.asarray(mask)
     q, k, v = arrays
     opts = {"feature_map": None, "layout": "half", "base": 10000.0, "scaling": None, "eps": 1e-6}
     opts.update(chunk_size=None, k_pos=None, key_mask=None, similarity="dot")
@@ -132,7 +135,7 @@ def causal_linear_attention_dask(
         raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
     opts.update(kwargs)
     xp = array_namespace(q, k, v, pos, names=("q", "k", "v", "pos"))
-    _la._check_common(
+    _check_common(
         q,
         k,
         v,
@@ -142,8 +145,8 @@ def causal_linear_attention_dask(
         eps=opts["eps"],
         similarity=opts["similarity"],
     )
-    kv_lead = _la._lead_shape(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
-    _la._lead_shape(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
+    kv_lead = _lead_shape(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
+    _lead_shape(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
     return _dask.linear_attention(
         q, k, v, pos, causal=True, state=state, return_state=return_state, scan=scan, **opts
     )
