@@ -164,9 +164,9 @@ def exclusive_state_scan(state: LinearAttentionState, axis_name: str) -> LinearA
     Examples
     --------
     >>> import jax, numpy as np, rotary
-    >>> from jax.sharding import PartitionSpec as P
+    >>> from jax.sharding import AxisType, PartitionSpec as P
     >>> from rotary.distributed import exclusive_state_scan
-    >>> mesh = jax.make_mesh((1,), ("seq",))
+    >>> mesh = jax.make_mesh((1,), ("seq",), axis_types=(AxisType.Auto,))
     >>> def f(k, v):
     ...     st = rotary.linear_attention_state(k, v, None)
     ...     return exclusive_state_scan(st, "seq").S
