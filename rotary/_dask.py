@@ -7,8 +7,9 @@ the chunking of the leading axes is kept, and nothing is computed while it is bu
 
 The feature (last) axis of a RoPE input must be whole in each block, because a
 rotation mixes features ``i`` and ``i + r/2`` (or ``2i`` and ``2i + 1``).  An input
-chunked along it is merged into one chunk there (``head_dim`` is small), which is
-correct and says so in the docstrings; nothing is ever computed on a partial head.
+chunked along it is merged into one chunk there (``head_dim`` is small): the result
+is right and has one chunk along that axis (documented in :mod:`rotary.distributed`);
+nothing is ever computed on a partial head.
 """
 
 from __future__ import annotations
@@ -252,6 +253,8 @@ def linear_attention(
     F, sdt = probe.S.shape[-2], probe.S.dtype
     packed0 = None
     if state is not None:
+        if not isinstance(state, tuple) or len(state) != 3:
+            raise TypeError("state must be a LinearAttentionState(S, z, offset)")
         S0, z0 = state[0], state[1]
         if tuple(S0.shape[-2:]) != (F, dv) or tuple(z0.shape[-1:]) != (F,):
             raise ValueError(
