@@ -10,7 +10,7 @@ on NumPy, CuPy, PyTorch, JAX, Dask and array-api-strict arrays.
 
 from __future__ import annotations
 
-from . import angles, layouts, multiaxis, scaling
+from . import angles, distributed, layouts, multiaxis, scaling
 from .angles import inv_freq
 from .apply import apply, rotate
 from .attention import attention
@@ -33,6 +33,7 @@ __all__ = [
     "attention",
     "combine",
     "convert_layout",
+    "distributed",
     "inv_freq",
     "layouts",
     "linear_attention",
