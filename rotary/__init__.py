@@ -10,10 +10,12 @@ on NumPy, CuPy, PyTorch, JAX, Dask and array-api-strict arrays.
 
 from __future__ import annotations
 
-from . import angles, hf, layouts, multiaxis, scaling
+from . import angles, distributed, hf, layouts, multiaxis, scaling
 from .angles import inv_freq
 from .apply import apply, rotate
+from .attention import attention
 from .layouts import LAYOUTS, convert_layout
+from .linear_attention import LinearAttentionState, combine, linear_attention, linear_attention_state
 from .multiaxis import AxialRoPE, MRoPE
 from .rope import RoPE
 from .scaling import NTK, DynamicNTK, Linear, Llama3, LongRoPE, Scaling, YaRN
@@ -26,6 +28,7 @@ __all__ = [
     "AxialRoPE",
     "DynamicNTK",
     "Linear",
+    "LinearAttentionState",
     "Llama3",
     "LongRoPE",
     "MRoPE",
@@ -35,10 +38,15 @@ __all__ = [
     "__version__",
     "angles",
     "apply",
+    "attention",
+    "combine",
     "convert_layout",
+    "distributed",
     "hf",
     "inv_freq",
     "layouts",
+    "linear_attention",
+    "linear_attention_state",
     "multiaxis",
     "rotate",
     "scaling",
