@@ -284,7 +284,8 @@ class RoPE:
         xp = array_namespace(x, pos, names=("x", "pos"))
         self._check_x(x, xp, "x")
         pos = self._prepare_pos(pos, x, xp, "pos", [("x", x)])
-        if is_dask_namespace(xp):  # one task per block of the leading axes
+        if is_dask_namespace(xp) and not self.scaling.dynamic:  # one task per block of leading axes
+            # (dynamic scalings read the sequence length from all positions: generic lazy path)
             return _dask.rotate(self, x, pos)
         dev = creation_device(x, xp)
         cdt = compute_dtype(xp, x.dtype)
@@ -313,7 +314,8 @@ class RoPE:
         arrays = [("q", q), ("k", k)]
         if q.dtype != k.dtype:
             raise TypeError(f"q and k must have the same dtype, got {q.dtype} and {k.dtype}")
-        if is_dask_namespace(xp):  # one task per block of the leading axes
+        if is_dask_namespace(xp) and not self.scaling.dynamic:  # one task per block of leading axes
+            # (dynamic scalings read the sequence length from all positions: generic lazy path)
             pos = self._prepare_pos(pos, q, xp, "pos", arrays)
             if k_pos is None:
                 _checks.check_broadcast(tuple(pos.shape), tuple(k.shape[:-1]), "pos", "k")
