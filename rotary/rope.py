@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
 import numpy as np
@@ -128,6 +129,9 @@ class RoPE:
             self.angles,
             *(() if partial == "neox" else (partial,)),
         )
+        # The same key as one string: torch.compile turns floats met again on a recompile
+        # into symbols, which a constant-result function cannot take; a string stays constant.
+        self._token = repr(self._key)
 
     @classmethod
     def from_hf(cls, config: Any, *, angles: str = "exact", layer_type: str | None = None) -> RoPE:
@@ -188,7 +192,7 @@ class RoPE:
     def _constants(self, xp: Namespace, dev: Any, dtype: Any) -> tuple[Array, Array]:
         """(digit tables, inverse frequencies) on ``xp``/``dev`` in ``dtype``, cached."""
         if is_torch_namespace(xp):
-            return _torch_constants(self._key, str(dev), str(dtype).rsplit(".", 1)[-1])
+            return _torch_constants(self._token, str(dev), str(dtype).rsplit(".", 1)[-1])
         return _constants(self._key, xp, dev, dtype)
 
     def _half_cos_sin(
@@ -438,12 +442,18 @@ def _build_constants(key: tuple, xp: Namespace, dev: Any, dtype: Any) -> tuple[A
     return backend_tables(w, xp=xp, device=dev, dtype=dtype), xp.asarray(w, dtype=dtype, device=dev)
 
 
-def _torch_constants(key: tuple, dev: str, dtype: str) -> tuple[Array, Array]:
+def _torch_constants(token: str, dev: str, dtype: str) -> tuple[Array, Array]:
     import array_api_compat.torch as xp
     import torch
 
+    key = _KEYS.get(token)
+    if key is None:
+        key = _KEYS[token] = ast.literal_eval(token)  # the repr of a tuple of plain values
     dt = dtype if dtype == "float32recipe" else getattr(torch, dtype)
     return _constants(key, xp, torch.device(dev), dt)
+
+
+_KEYS: dict[str, tuple] = {}
 
 
 # torch.compile: these tensors depend only on plain-value arguments, so dynamo may call
