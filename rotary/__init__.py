@@ -13,6 +13,7 @@ from __future__ import annotations
 from . import angles, layouts, scaling
 from .angles import inv_freq
 from .apply import apply, rotate
+from .decay import decay_bound
 from .layouts import LAYOUTS
 from .rope import RoPE
 
@@ -24,6 +25,7 @@ __all__ = [
     "__version__",
     "angles",
     "apply",
+    "decay_bound",
     "inv_freq",
     "layouts",
     "rotate",

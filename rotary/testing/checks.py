@@ -230,13 +230,22 @@ def _rel(out: np.ndarray, ref: np.ndarray, scale: float) -> np.ndarray:
     return np.abs(out - ref) / scale
 
 
+#: Every call uses x of shape (1, 2, _SEQ, head_dim) and pos of shape (_SEQ,): one shape, so
+#: backends that compile per shape (JAX) compile once.
+_SEQ = 16
+
+
+def _shape(ctx: _Ctx) -> tuple[int, int, int, int]:
+    return (1, 2, _SEQ, ctx.d)
+
+
 _MATRIX_POS = np.array([0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987])
 _LONG_POS = np.unique(np.round(np.geomspace(2**10, 2**20, 15)).astype(np.int64) | 1)
 _LONG_POS = np.concatenate([_LONG_POS, [2**20]])[:16]
 
 
 def _p_matrix_form(ctx: _Ctx) -> PropertyResult:
-    x, xh = ctx.data(1, (1, 2, _MATRIX_POS.size, ctx.d))
+    x, xh = ctx.data(1, _shape(ctx))
     out = ctx.rot(x, _MATRIX_POS)
     scale = max(1.0, float(np.max(np.abs(xh))))
     ref = reference.rotate(xh, _MATRIX_POS, layout=ctx.layout, th=ctx.th)
@@ -274,7 +283,7 @@ def _diagnose(ctx: _Ctx, xh: np.ndarray, out: np.ndarray, scale: float) -> str:
 
 
 def _p_long_positions(ctx: _Ctx) -> PropertyResult:
-    x, xh = ctx.data(2, (1, 2, _LONG_POS.size, ctx.d))
+    x, xh = ctx.data(2, _shape(ctx))
     out = ctx.rot(x, _LONG_POS)
     scale = max(1.0, float(np.max(np.abs(xh))))
     ref = reference.rotate(xh, _LONG_POS, layout=ctx.layout, th=ctx.th)
@@ -288,15 +297,16 @@ _N = np.array([0, 5, 2, 1100, 10, 4096, 7, 17, 4000, 41, 0, 1, 2048, 3333, 30, 4
 
 def _p_relative_position(ctx: _Ctx) -> PropertyResult:
     rng = np.random.default_rng(3)
-    q = np.repeat(rng.normal(size=(1, 1, 1, ctx.d)), _M.size, axis=2)
-    k = np.repeat(rng.normal(size=(1, 1, 1, ctx.d)), _M.size, axis=2)
+    # Two heads, each one vector repeated along the sequence: row i sits at _M[i] (q), _N[i] (k).
+    q = np.repeat(rng.normal(size=(1, 2, 1, ctx.d)), _SEQ, axis=2)
+    k = np.repeat(rng.normal(size=(1, 2, 1, ctx.d)), _SEQ, axis=2)
     qx, kx = ctx.arr(q), ctx.arr(k)
-    qh, kh = ctx.host(qx)[0, 0, 0], ctx.host(kx)[0, 0, 0]
-    lhs = np.sum(ctx.rot(qx, _M) * ctx.rot(kx, _N), axis=-1)[0, 0]
-    rhs = ctx.rot(kx, _N - _M)[0, 0] @ qh
-    norm = float(np.linalg.norm(qh) * np.linalg.norm(kh))
+    qh, kh = ctx.host(qx)[0, :, 0], ctx.host(kx)[0, :, 0]  # (2, d)
+    lhs = np.sum(ctx.rot(qx, _M) * ctx.rot(kx, _N), axis=-1)[0]  # (2, seq)
+    rhs = np.einsum("hsd,hd->hs", ctx.rot(kx, _N - _M)[0], qh)
+    norm = (np.linalg.norm(qh, axis=-1) * np.linalg.norm(kh, axis=-1))[:, None]
     err = np.abs(lhs - rhs) / norm
-    tol = 2 * ctx.base_tol + ctx.allowance(np.abs(_M) + np.abs(_N) + np.abs(_N - _M))
+    tol = 2 * ctx.base_tol + ctx.allowance(np.abs(_M) + np.abs(_N) + np.abs(_N - _M))[None, :]
     return _measure("relative_position", ctx, err, tol)
 
 
@@ -304,15 +314,14 @@ _SHIFTS = (1, 999, 2**16 + 7)
 
 
 def _p_shift_invariance(ctx: _Ctx) -> PropertyResult:
-    seq = 8
-    p0 = np.arange(seq)
-    q, qh = ctx.data(4, (1, 1, seq, ctx.d))
-    k, kh = ctx.data(5, (1, 1, seq, ctx.d))
-    norms = np.linalg.norm(qh[0, 0], axis=-1)[:, None] * np.linalg.norm(kh[0, 0], axis=-1)[None, :]
-    s0 = ctx.rot(q, p0)[0, 0] @ ctx.rot(k, p0)[0, 0].T
+    p0 = np.arange(_SEQ)
+    q, qh = ctx.data(4, _shape(ctx))
+    k, kh = ctx.data(5, _shape(ctx))
+    norms = np.linalg.norm(qh[0], axis=-1)[:, :, None] * np.linalg.norm(kh[0], axis=-1)[:, None, :]
+    s0 = np.einsum("hid,hjd->hij", ctx.rot(q, p0)[0], ctx.rot(k, p0)[0])
     errs, tols = [], []
     for s in _SHIFTS:
-        ss = ctx.rot(q, p0 + s)[0, 0] @ ctx.rot(k, p0 + s)[0, 0].T
+        ss = np.einsum("hid,hjd->hij", ctx.rot(q, p0 + s)[0], ctx.rot(k, p0 + s)[0])
         errs.append(np.abs(ss - s0) / norms)
         tols.append(
             np.broadcast_to(2 * ctx.base_tol + ctx.allowance(2 * (s + p0[:, None] + p0[None, :])), norms.shape)
@@ -326,7 +335,7 @@ def _p_shift_invariance(ctx: _Ctx) -> PropertyResult:
 
 def _p_norm(ctx: _Ctx) -> PropertyResult:
     pos = np.concatenate([_MATRIX_POS[::2], _LONG_POS[::2]])
-    x, xh = ctx.data(6, (1, 2, pos.size, ctx.d))
+    x, xh = ctx.data(6, _shape(ctx))
     out = ctx.rot(x, pos)
     nx = np.linalg.norm(xh, axis=-1)
     err = np.abs(np.linalg.norm(out, axis=-1) - nx) / np.maximum(nx, 1e-300)
@@ -335,7 +344,7 @@ def _p_norm(ctx: _Ctx) -> PropertyResult:
 
 def _p_inverse(ctx: _Ctx) -> PropertyResult:
     pos = _MATRIX_POS + np.array([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3000, 65536])
-    x, xh = ctx.data(7, (1, 2, pos.size, ctx.d))
+    x, xh = ctx.data(7, _shape(ctx))
     once = ctx.fn(x, ctx.positions(pos))
     back = ctx.rot(once, -pos)
     scale = max(1.0, float(np.max(np.abs(xh))))
@@ -346,7 +355,7 @@ def _p_inverse(ctx: _Ctx) -> PropertyResult:
 def _p_composition(ctx: _Ctx) -> PropertyResult:
     a = _MATRIX_POS
     b = np.array([5, 0, 1, 700, 4096, 3, 2, 1, 100, 9, 11, 2000, 60000, 31, 1, 7])
-    x, xh = ctx.data(8, (1, 2, a.size, ctx.d))
+    x, xh = ctx.data(8, _shape(ctx))
     twice = ctx.rot(ctx.fn(x, ctx.positions(a)), b)
     once = ctx.rot(x, a + b)
     scale = max(1.0, float(np.max(np.abs(xh))))
@@ -357,9 +366,15 @@ def _p_composition(ctx: _Ctx) -> PropertyResult:
 def _partners(ctx: _Ctx) -> np.ndarray:
     """For each feature j, the feature its rotation mixes it with most (basis vectors at pos 1)."""
     d = ctx.d
-    e = ctx.arr(np.eye(d)[None, None])  # (1, 1, d, d): row j is e_j at position 1
-    out = ctx.rot(e, np.ones(d, dtype=np.int64))[0, 0]
-    mix = np.abs(out)
+    rows = []
+    eye = np.eye(d)
+    for start in range(0, d, 2 * _SEQ):  # basis vectors e_j, 2 * _SEQ per call, all at position 1
+        block = np.zeros((2 * _SEQ, d))
+        chunk = eye[start : start + 2 * _SEQ]
+        block[: chunk.shape[0]] = chunk
+        out = ctx.rot(ctx.arr(block.reshape(_shape(ctx))), np.ones(_SEQ, dtype=np.int64))
+        rows.append(out.reshape(2 * _SEQ, d)[: chunk.shape[0]])
+    mix = np.abs(np.concatenate(rows))
     np.fill_diagonal(mix, -1.0)
     return np.argmax(mix, axis=1)
 
@@ -389,8 +404,8 @@ def _p_layout(ctx: _Ctx) -> PropertyResult:
 
 
 def _p_dtype(ctx: _Ctx) -> PropertyResult:
-    x, _ = ctx.data(9, (1, 2, 4, ctx.d))
-    out = ctx.fn(x, ctx.positions(np.arange(4)))
+    x, _ = ctx.data(9, _shape(ctx))
+    out = ctx.fn(x, ctx.positions(np.arange(_SEQ)))
     msgs = []
     if _dtype_name(out.dtype) != ctx.dname:
         msgs.append(f"returned dtype {out.dtype} for {ctx.dname} input")
@@ -402,8 +417,8 @@ def _p_dtype(ctx: _Ctx) -> PropertyResult:
 def _p_device(ctx: _Ctx) -> PropertyResult:
     from array_api_compat import device as dev_of
 
-    x, _ = ctx.data(10, (1, 2, 4, ctx.d))
-    out = ctx.fn(x, ctx.positions(np.arange(4)))
+    x, _ = ctx.data(10, _shape(ctx))
+    out = ctx.fn(x, ctx.positions(np.arange(_SEQ)))
     msgs = []
     if type(out) is not type(x):
         msgs.append(f"returned a {type(out).__module__}.{type(out).__name__} for a {type(x).__module__}."
@@ -416,8 +431,8 @@ def _p_device(ctx: _Ctx) -> PropertyResult:
 
 
 def _p_no_mutation(ctx: _Ctx) -> PropertyResult:
-    pos_h = np.arange(8) + 5
-    x, xh = ctx.data(11, (1, 2, 8, ctx.d))
+    pos_h = np.arange(_SEQ) + 5
+    x, xh = ctx.data(11, _shape(ctx))
     pos = ctx.positions(pos_h)
     ctx.fn(x, pos)
     after_x = ctx.host(x)
