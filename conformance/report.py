@@ -89,8 +89,10 @@ def run(names: str | None = None, progress: Any = None) -> dict[str, Any]:
             bad = sum(c.status == "fail" for c in got)
             progress(f"  {b.name:<28} {len(got):3d} cells, {bad} failed  ({time.perf_counter() - t:.1f} s)")
     invariants = run_invariants()
-    missing = sorted({m for c in cells for m in c.missing}) if cells else sorted(
-        s.name for col in COLUMNS for s in col.subs if not sub_available(s)
+    missing = (
+        sorted({m for c in cells for m in c.missing})
+        if cells
+        else sorted(s.name for col in COLUMNS for s in col.subs if not sub_available(s))
     )
     failed = [c for c in cells if c.status == "fail"] + [i for i in invariants if i["passed"] is False]
     return {
@@ -99,8 +101,10 @@ def run(names: str | None = None, progress: Any = None) -> dict[str, Any]:
         "seconds": round(time.perf_counter() - t0, 2),
         "environment": environment(bks),
         "backends": [b.name for b in bks],
-        "columns": [{"key": c.key, "label": c.label, "description": c.description,
-                     "checks": [s.name for s in c.subs]} for c in COLUMNS],
+        "columns": [
+            {"key": c.key, "label": c.label, "description": c.description, "checks": [s.name for s in c.subs]}
+            for c in COLUMNS
+        ],
         "not_available": missing,
         "cells": [c.to_dict() for c in cells],
         "invariants": invariants,
@@ -135,7 +139,8 @@ def format_report(rep: dict[str, Any]) -> str:
         "  devices: " + ", ".join(f"{k}: {d}" for k, d in env["devices"].items()),
         "",
         "max error in ulps of the dtype (|out - ref| / (eps(dtype) * max(1, |ref|)), eps = spacing at 1.0;",
-        "ref = NumPy float64 on the same rounded inputs, or the float64 matrix form); X = failed, n/a = not in rotary",
+        "ref = NumPy float64 on the same rounded inputs, or the float64 matrix form);",
+        "X = failed, n/a = not in this rotary",
         "",
     ]
     cols = COLUMNS
@@ -150,7 +155,10 @@ def format_report(rep: dict[str, Any]) -> str:
     for c in cols:
         lines.append(f"  {c.label:<9} {c.description}")
     if rep["not_available"]:
-        lines += ["", "not available in this rotary (reported, not failed): " + ", ".join(rep["not_available"])]
+        lines += [
+            "",
+            "not available in this rotary (reported, not failed): " + ", ".join(rep["not_available"]),
+        ]
     fails = [c for c in rep["cells"] if c["status"] == "fail"]
     if fails:
         lines += ["", f"FAILURES ({len(fails)}):"]
@@ -164,8 +172,11 @@ def format_report(rep: dict[str, Any]) -> str:
     npass = sum(c["status"] == "pass" for c in rep["cells"])
     nna = sum(c["status"] == "n/a" for c in rep["cells"])
     verdict = "PASSED" if rep["passed"] else f"FAILED ({rep['n_failed']} failures)"
-    lines += ["", f"{len(rep['backends'])} backends, {n} cells: {npass} passed, {n - npass - nna} failed, "
-              f"{nna} not available.  {verdict}"]
+    lines += [
+        "",
+        f"{len(rep['backends'])} backends, {n} cells: {npass} passed, {n - npass - nna} failed, "
+        f"{nna} not available.  {verdict}",
+    ]
     return "\n".join(lines)
 
 
@@ -200,8 +211,10 @@ def write_heatmap(rep: dict[str, Any], path: Path) -> str | None:
             ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7)
     ax.set_xticks(range(len(cols)), [c.label for c in cols], rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(len(rows)), [r for r, _ in rows], fontsize=8)
-    ax.set_title("rotary conformance: max error in ulps of the dtype\n(colour: error / tolerance; >1 fails)",
-                 fontsize=9)
+    ax.set_title(
+        "rotary conformance: max error in ulps of the dtype\n(colour: error / tolerance; >1 fails)",
+        fontsize=9,
+    )
     fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02, label="error / tolerance")
     fig.tight_layout()
     fig.savefig(path)
@@ -218,8 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         "dtype against NumPy float64, check_rope's properties, and the golden vectors.",
     )
     ap.add_argument("--out", default="conformance-report", help="output folder (default: %(default)s)")
-    ap.add_argument("--backends", default=None,
-                    help="comma-separated backend names (default: $ROTARY_BACKENDS or every installed one)")
+    ap.add_argument(
+        "--backends",
+        default=None,
+        help="comma-separated backend names (default: $ROTARY_BACKENDS or every installed one)",
+    )
     ap.add_argument("--quiet", action="store_true", help="print only the verdict")
     args = ap.parse_args(argv)
 
