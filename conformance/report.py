@@ -10,6 +10,7 @@ import os
 import platform
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -75,15 +76,27 @@ def run(names: str | None = None, progress: Any = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     bks = backends(names)
     cells: list[Cell] = []
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
     for b in bks:
         t = time.perf_counter()
-        if b.module == "dask":
-            import dask
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if b.module == "dask":
+                import dask
 
-            with dask.config.set(scheduler="synchronous"):  # tiny arrays: threads only add overhead
+                with dask.config.set(scheduler="synchronous"):  # tiny arrays: threads only add overhead
+                    got = run_backend(b)
+            else:
                 got = run_backend(b)
-        else:
-            got = run_backend(b)
+        for w in caught:  # reported once each, not printed as they happen
+            where = f"{Path(w.filename).name}:{w.lineno}"
+            msg = str(w.message).splitlines()[0][:200]
+            entry = seen.setdefault(
+                (where, msg),
+                {"category": w.category.__name__, "where": where, "message": msg, "backends": []},
+            )
+            if b.name not in entry["backends"]:
+                entry["backends"].append(b.name)
         cells += got
         if progress:
             bad = sum(c.status == "fail" for c in got)
@@ -108,6 +121,7 @@ def run(names: str | None = None, progress: Any = None) -> dict[str, Any]:
         "not_available": missing,
         "cells": [c.to_dict() for c in cells],
         "invariants": invariants,
+        "warnings": list(seen.values()),
         "n_failed": len(failed),
     }
 
@@ -164,6 +178,10 @@ def format_report(rep: dict[str, Any]) -> str:
         lines += ["", f"FAILURES ({len(fails)}):"]
         for c in fails:
             lines.append(f"  {c['backend']}/{c['dtype']} {c['column']}: {c['message']}")
+    if rep.get("warnings"):
+        lines += ["", "warnings raised during the run (once each):"]
+        for w in rep["warnings"]:
+            lines.append(f"  {w['category']} at {w['where']} ({', '.join(w['backends'])}): {w['message']}")
     lines += ["", "backend-independent checks:"]
     for inv in rep["invariants"]:
         st = {True: "ok  ", False: "FAIL", None: "n/a "}[inv["passed"]]

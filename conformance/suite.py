@@ -234,8 +234,9 @@ def _mrope(T: Target) -> list:
     p = np.arange(6)
     pos = T.pos(np.stack([p, p // 2 + 1000, p % 3])[:, None, None, :])
     q = T.x(r.normal(size=(1, 2, 6, 16)))
-    for interleaved in (False, True):
-        rope = rotary.MRoPE(16, sections=(2, 3, 3), interleaved=interleaved)
+    # Qwen2-VL-style consecutive sections, and Qwen3-VL-style round robin (T H W T H W T H).
+    for sections, interleaved in (((2, 3, 3), False), ((3, 3, 2), True)):
+        rope = rotary.MRoPE(16, sections=sections, interleaved=interleaved)
         out += rope.apply(q, q, pos)
     return out
 
