@@ -10,22 +10,31 @@ on NumPy, CuPy, PyTorch, JAX, Dask and array-api-strict arrays.
 
 from __future__ import annotations
 
-from . import angles, layouts, scaling
+from . import angles, hf, layouts, scaling
 from .angles import inv_freq
 from .apply import apply, rotate
 from .decay import decay_bound
 from .layouts import LAYOUTS
 from .rope import RoPE
+from .scaling import NTK, DynamicNTK, Linear, Llama3, LongRoPE, Scaling, YaRN
 
 __version__ = "0.1.0"
 
 __all__ = [
     "LAYOUTS",
+    "NTK",
+    "DynamicNTK",
+    "Linear",
+    "Llama3",
+    "LongRoPE",
     "RoPE",
+    "Scaling",
+    "YaRN",
     "__version__",
     "angles",
     "apply",
     "decay_bound",
+    "hf",
     "inv_freq",
     "layouts",
     "rotate",
