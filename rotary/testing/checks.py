@@ -149,7 +149,7 @@ class RopeReport:
         return f"<RopeReport {cfg}: {n - len(self.failed)}/{n} properties hold; {status}>"
 
     def __str__(self) -> str:
-        cfg = ", ".join(f"{k}={v}" for k, v in self.config.items())
+        cfg = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.config.items())
         lines = [
             f"check_rope({cfg})",
             f"  {'property':<18} {'status':<6} {'error':>9} {'tol':>9} {'ulps':>9}",
