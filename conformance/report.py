@@ -220,7 +220,7 @@ def write_heatmap(rep: dict[str, Any], path: Path) -> str | None:
             u, t = float(cell["ulps"]), float(cell["tol_ulps"])
             ratio[i, j] = min(u / t, 2.0) if t > 0 else (0.0 if u == 0 else 2.0)
             text[i][j] = _cell_text(cell)
-    fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(cols), 0.8 + 0.32 * len(rows)), dpi=100)
+    fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(cols), 0.8 + 0.32 * len(rows)), dpi=80)
     cmap = matplotlib.colormaps["RdYlGn_r"].copy()
     cmap.set_bad("#dddddd")
     im = ax.imshow(np.ma.masked_invalid(ratio), cmap=cmap, vmin=0.0, vmax=2.0, aspect="auto")
