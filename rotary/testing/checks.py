@@ -31,7 +31,7 @@ Examples
 >>> bad.failed
 ['matrix_form', 'long_positions', 'layout']
 >>> print(bad["layout"].message)  # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
-pairs features like the 'half' layout (feature 0 pairs with 32, ...),
+looks like the 'half' layout (feature 0 pairs with 32, ...),
 but was checked as layout='interleaved'...
 """
 
@@ -400,7 +400,7 @@ def _p_layout(ctx: _Ctx) -> PropertyResult:
     res = PropertyResult("layout", wrong == 0.0, wrong, 0.0, 0.0)
     if detected is not None and detected != ctx.layout:
         res.message = (
-            f"pairs features like the {detected!r} layout (feature 0 pairs with {partner[0]}, "
+            f"looks like the {detected!r} layout (feature 0 pairs with {partner[0]}, "
             f"feature 1 with {partner[1]}), but was checked as layout={ctx.layout!r}: check it with "
             f"layout={detected!r}, or convert with rotary.convert_layout"
         )
