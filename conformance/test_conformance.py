@@ -97,3 +97,28 @@ def test_runner_fails_on_a_failure(tmp_path, monkeypatch, capsys):
     rep = json.loads((tmp_path / "report.json").read_text())
     bad = {(c["column"], c["dtype"]) for c in rep["cells"] if c["status"] == "fail"}
     assert bad == {("apply", "float32"), ("scaling", "float32")}, bad  # scalings go through apply
+
+
+def test_corrupted_golden_vectors_are_caught(tmp_path, monkeypatch):
+    import shutil
+    import zipfile
+
+    from conformance import vectors
+
+    for f in vectors.HERE.iterdir():
+        if f.suffix in (".npz", ".json"):
+            shutil.copy(f, tmp_path / f.name)
+    name = "half_d64"
+    with np.load(tmp_path / f"{name}.npz") as f:
+        arrays = {k: f[k] for k in f.files}
+    arrays["out"][3, 5] += 1e-12  # a silent edit of one output
+    with zipfile.ZipFile(tmp_path / f"{name}.npz", "w") as zf:
+        for k, a in arrays.items():
+            with zf.open(f"{k}.npy", "w") as fh:
+                np.lib.format.write_array(fh, a)
+    monkeypatch.setattr(vectors, "HERE", tmp_path)
+    monkeypatch.setattr(vectors, "INDEX", tmp_path / "index.json")
+    res = {r["name"]: r for r in vectors.verify()}
+    assert not res[name]["passed"]
+    assert "sha256 mismatch" in res[name]["message"] and "fresh float64" in res[name]["message"]
+    assert all(r["passed"] for n, r in res.items() if n != name)

@@ -45,11 +45,15 @@ def case_theta(spec: dict[str, Any]) -> np.ndarray:
     return reference.theta(r, spec["base"]) / float(spec.get("linear_factor", 1.0))
 
 
-def compute(spec: dict[str, Any], x: np.ndarray) -> dict[str, np.ndarray]:
-    """Every array of a case from its spec and inputs ``x``, in float64 (the matrix form)."""
+def compute(spec: dict[str, Any], x: np.ndarray, th: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Every array of a case from its spec and inputs ``x``, in float64 (the matrix form).
+
+    ``th`` (default :func:`case_theta`) gives the frequencies: the stored ones define a case, so
+    a platform whose ``pow`` rounds differently still reproduces the stored outputs.
+    """
     pos = np.asarray(spec["positions"])
     pos = pos.astype(np.float64 if pos.dtype.kind == "f" else np.int64)
-    th = case_theta(spec)
+    th = case_theta(spec) if th is None else np.asarray(th, dtype=np.float64)
     cos, sin = reference.cos_sin(pos, th)
     out = reference.rotate(x, pos, layout=spec["layout"], rotary_dim=spec.get("rotary_dim"), th=th)
     return {"x": x, "pos": pos, "theta": th, "cos": cos, "sin": sin, "out": out}
@@ -103,7 +107,12 @@ def verify() -> list[dict[str, Any]]:
             continue
         with np.load(path) as f:
             stored = {k: f[k] for k in f.files}
-        fresh = compute(spec, stored["x"])
+        fresh = compute(spec, stored["x"], stored.get("theta"))
+        th_def = case_theta(spec)
+        if stored.get("theta") is None or stored["theta"].shape != th_def.shape:
+            msgs.append("theta missing or of the wrong shape")
+        elif np.any(np.abs(stored["theta"] - th_def) > 2 * 2.0**-52 * th_def):
+            msgs.append("stored theta differs from base**(-2i/r) by more than 2 ulps")
         worst = 0.0
         for k, v in fresh.items():
             s = stored.get(k)
