@@ -269,7 +269,9 @@ def float32_recipe(pos: Array, inv32: Array, *, xp: Namespace) -> tuple[Array, A
 
 def float32_inv_freq(dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
     """HF's float32 inverse frequencies, computed with ``xp`` exactly as HF does on torch."""
-    exps = xp.astype(xp.arange(0, dim, 2, dtype=xp.int64, device=device), xp.float32) / dim
+    # HF: torch.arange(0, dim, 2, dtype=torch.int64).float(); small integers, so the default
+    # integer dtype gives the same float32 values (and JAX without x64 has no int64).
+    exps = xp.astype(xp.arange(0, dim, 2, device=device), xp.float32) / dim
     return 1.0 / (float(base) ** exps)
 
 

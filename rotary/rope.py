@@ -439,7 +439,8 @@ def _build_constants(key: tuple, xp: Namespace, dev: Any, dtype: Any) -> tuple[A
             return (None, xp.concat([w32, pad]))
         return (None, hf(rotary_dim, base, xp=xp, device=dev))
     w = _host_inv_freq(key)
-    return backend_tables(w, xp=xp, device=dev, dtype=dtype), xp.asarray(w, dtype=dtype, device=dev)
+    # np.array(w): a writable copy (torch warns on read-only NumPy buffers).
+    return backend_tables(w, xp=xp, device=dev, dtype=dtype), xp.asarray(np.array(w), dtype=dtype, device=dev)
 
 
 def _torch_constants(token: str, dev: str, dtype: str) -> tuple[Array, Array]:
