@@ -98,7 +98,7 @@ def run(
                 if method == "softmax" and n > softmax_max:
                     rows.append({"backend": backend, "method": method, "N": n, "s": None, "MiB": None})
                     continue
-                reps = 3 if n <= (8192 if method == "linear" else 2048) else 1
+                reps = (3 if n <= 8192 else 2) if method == "linear" else (3 if n <= 2048 else 1)
                 _linear(*_inputs(64, backend), chunk)  # warm caches
                 s, mib = _measure(lambda fn=fn, args=args: fn(*args, chunk), backend, reps)
                 rows.append({"backend": backend, "method": method, "N": n, "s": s, "MiB": mib})

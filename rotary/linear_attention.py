@@ -58,7 +58,15 @@ from typing import Any, NamedTuple
 from array_api_compat import is_array_api_obj
 
 from . import _checks
-from ._compat import Array, Namespace, array_namespace, compute_dtype, creation_device, is_jax_namespace
+from ._compat import (
+    Array,
+    Namespace,
+    array_namespace,
+    backend_name,
+    compute_dtype,
+    creation_device,
+    is_jax_namespace,
+)
 from .apply import _rope
 from .layouts import rotate_pairs
 from .rope import RoPE, as_positions
@@ -616,7 +624,10 @@ def _causal(plan, q, k, v, qp, kp, mask, S, z, C, xp):
     if n == 0:  # no tokens: the non-causal path returns the empty output and unchanged sums
         return _noncausal(plan, q, k, v, qp, kp, mask, S, z, xp)
     tri = _tri(C, plan, xp)
-    outs = []
+    # Eager backends with item assignment write each chunk into one output array (peak memory:
+    # the output once); the others concatenate the chunk outputs.
+    inplace = backend_name(xp) in _INPLACE
+    outs, out = [], None
     for s in range(0, n, C):
         e = min(s + C, n)
         t = tri if e - s == C else tri[: e - s, : e - s]
@@ -625,9 +636,19 @@ def _causal(plan, q, k, v, qp, kp, mask, S, z, C, xp):
         o, S, z = _chunk(
             plan, q[..., s:e, :], k[..., s:e, :], v[..., s:e, :], qs, ks, _seq_slice(mask, s, e), S, z, t, xp
         )
-        outs.append(o)
-    out = outs[0] if len(outs) == 1 else xp.concat(outs, axis=-2)
+        if not inplace or e - s == n:
+            outs.append(o)
+            continue
+        if out is None:
+            out = xp.empty((*o.shape[:-2], n, o.shape[-1]), dtype=q.dtype, device=plan.dev)
+        out[..., s:e, :] = o if o.dtype == q.dtype else xp.astype(o, q.dtype)
+    if out is None:
+        out = outs[0] if len(outs) == 1 else xp.concat(outs, axis=-2)
     return out, S, z
+
+
+#: Namespaces whose arrays take slice assignment eagerly (not JAX, not Dask).
+_INPLACE = frozenset({"numpy", "torch", "cupy", "array_api_strict"})
 
 
 # -- JAX: one jitted computation, lax.scan over chunks ---------------------------------
