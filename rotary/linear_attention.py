@@ -41,12 +41,15 @@ Public API
 Algorithms
 ----------
 Non-causal: the key-value summary, ``O(N d d_v)``.  Causal: chunks of ``C``
-tokens (``chunk_size``), masked quadratic form inside a chunk and the running state
-between chunks: ``O(N C d + N d d_v)`` time, working memory ``O(C^2 + C d + d d_v)``
-per head besides the output (a Python loop over chunks; under ``jax.jit`` and
-``torch.compile`` it unrolls for the static sequence length).  Running sums are
-kept in float32 or better even for float16/bfloat16 inputs; the output has the
-input dtype.
+tokens (``chunk_size``, default 128), masked quadratic form inside a chunk and the
+running state between chunks: ``O(N C d + N d d_v)`` time, working memory
+``O(C^2 + C d + d d_v)`` per head besides the output (no ``N x d x d_v`` tensor).
+NumPy, torch, CuPy and array-api-strict run a Python loop over chunks writing into
+one output array (``torch.compile`` unrolls it for the static length); Dask
+concatenates the chunk outputs; JAX runs one jitted computation with ``lax.scan``
+over the chunks (so eager JAX compiles once per shape, not once per operation).
+Running sums are kept in float32 or better even for float16/bfloat16 inputs; the
+output has the input dtype.  Denominator guard: ``max(den, eps)``.
 """
 
 from __future__ import annotations

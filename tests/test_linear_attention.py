@@ -443,7 +443,7 @@ def test_errors_name_the_argument(backend, rng):
     pos = backend.asarray(np.arange(6), _int(backend))
     la = rotary.linear_attention
     with pytest.raises(ValueError, match="k and v must have the same sequence length"):
-        la(q, k, v[:, :5], pos)
+        la(q, k, v[:, :5, :], pos)
     with pytest.raises(ValueError, match="same feature dim"):
         la(q[..., :6], k, v, pos)
     with pytest.raises(ValueError, match="even feature dim"):
@@ -455,7 +455,7 @@ def test_errors_name_the_argument(backend, rng):
     with pytest.raises(ValueError, match="eps"):
         la(q, k, v, pos, eps=0.0)
     with pytest.raises(ValueError, match="causal=True needs as many queries as keys"):
-        la(q[:, :4], k, v, pos[:4], causal=True)
+        la(q[:, :4, :], k, v, pos[:4], causal=True)
     with pytest.raises(ValueError, match="feature_map"):
         la(q, k, v, pos, feature_map="tanh")
     with pytest.raises(ValueError, match="similarity"):
@@ -468,7 +468,7 @@ def test_errors_name_the_argument(backend, rng):
     with pytest.raises(ValueError, match=r"state\.S has shape"):  # d_v mismatch
         la(q, k, v[..., :2], pos, state=st_)
     with pytest.raises(ValueError, match=r"state\.S has shape"):  # other batch shape
-        la(q[:1], k[:1], v[:1], pos, state=st_)
+        la(q[:1, ...], k[:1, ...], v[:1, ...], pos, state=st_)
     with pytest.raises(ValueError, match=r"state\.S has shape"):  # cosine adds a feature
         la(q, k, v, pos, state=st_, similarity="cosine")
     with pytest.raises(TypeError, match="state must be"):
@@ -551,7 +551,7 @@ def test_attention_errors(backend, rng):
     (q, k, v), _ = _inputs(backend, rng, shape=(1, 4, 8), dv=3)
     pos = backend.asarray(np.arange(4), _int(backend))
     with pytest.raises(ValueError, match="same sequence length"):
-        rotary.attention(q, k, v[:, :3], pos)
+        rotary.attention(q, k, v[:, :3, :], pos)
     with pytest.raises(ValueError, match="same feature dim"):
         rotary.attention(q, k[..., :6], v, pos)
     with pytest.raises(ValueError, match="block_size"):
