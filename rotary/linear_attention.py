@@ -388,6 +388,14 @@ def _check_state(state: Any, lead: tuple, f: int, d_v: int, xp: Namespace) -> Li
     return state
 
 
+def _validated_state(
+    plan: _Plan, state: Any, lead: tuple, q: Array, v: Array, xp: Namespace
+) -> LinearAttentionState:
+    probe = xp.zeros((1, q.shape[-1]), dtype=plan.cdt, device=plan.dev)
+    f = plan.phi(probe, xp).shape[-1] + (1 if plan.cosine else 0)
+    return _check_state(state, lead, f, v.shape[-1], xp)
+
+
 def _sums(plan: _Plan, b: Array, e: Array, v: Array, xp: Namespace) -> tuple[Array, Array]:
     if v.dtype != plan.cdt:
         v = xp.astype(v, plan.cdt)
@@ -539,6 +547,20 @@ def linear_attention(
     kv_lead = _lead_shape(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
     _lead_shape(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
     if is_dask_namespace(xp):  # one task per block; causal: a scan over the block states
+        if state is not None:  # validated here, eagerly, as on the other backends
+            plan = _plan(
+                xp,
+                q,
+                q.shape[-1],
+                pos=pos,
+                feature_map=feature_map,
+                similarity=similarity,
+                layout=layout,
+                base=base,
+                scaling=scaling,
+                eps=eps,
+            )
+            _validated_state(plan, state, kv_lead, q, v, xp)
         kw = {"feature_map": feature_map, "similarity": similarity, "layout": layout, "base": base}
         kw.update(scaling=scaling, eps=eps, chunk_size=chunk_size, k_pos=k_pos, key_mask=key_mask)
         return _dask.linear_attention(
@@ -570,9 +592,7 @@ def linear_attention(
         kp = _positions(k_pos, k, xp, "k_pos", "k")
     mask = _key_mask(key_mask, k, xp)
     if state is not None:
-        probe = xp.zeros((1, q.shape[-1]), dtype=plan.cdt, device=plan.dev)
-        f = plan.phi(probe, xp).shape[-1] + (1 if plan.cosine else 0)
-        state = _check_state(state, kv_lead, f, v.shape[-1], xp)
+        state = _validated_state(plan, state, kv_lead, q, v, xp)
         S0, z0 = state.S, state.z
         if S0.dtype != plan.cdt:
             S0, z0 = xp.astype(S0, plan.cdt), xp.astype(z0, plan.cdt)
