@@ -13,19 +13,26 @@ from __future__ import annotations
 from . import angles, layouts, scaling
 from .angles import inv_freq
 from .apply import apply, rotate
+from .attention import attention
 from .layouts import LAYOUTS
+from .linear_attention import LinearAttentionState, combine, linear_attention, linear_attention_state
 from .rope import RoPE
 
 __version__ = "0.1.0"
 
 __all__ = [
     "LAYOUTS",
+    "LinearAttentionState",
     "RoPE",
     "__version__",
     "angles",
     "apply",
+    "attention",
+    "combine",
     "inv_freq",
     "layouts",
+    "linear_attention",
+    "linear_attention_state",
     "rotate",
     "scaling",
 ]
