@@ -10,29 +10,34 @@ on NumPy, CuPy, PyTorch, JAX, Dask and array-api-strict arrays.
 
 from __future__ import annotations
 
-from . import angles, layouts, scaling
+from . import angles, layouts, multiaxis, scaling
 from .angles import inv_freq
 from .apply import apply, rotate
 from .attention import attention
-from .layouts import LAYOUTS
+from .layouts import LAYOUTS, convert_layout
 from .linear_attention import LinearAttentionState, combine, linear_attention, linear_attention_state
+from .multiaxis import AxialRoPE, MRoPE
 from .rope import RoPE
 
 __version__ = "0.1.0"
 
 __all__ = [
     "LAYOUTS",
+    "AxialRoPE",
     "LinearAttentionState",
+    "MRoPE",
     "RoPE",
     "__version__",
     "angles",
     "apply",
     "attention",
     "combine",
+    "convert_layout",
     "inv_freq",
     "layouts",
     "linear_attention",
     "linear_attention_state",
+    "multiaxis",
     "rotate",
     "scaling",
 ]

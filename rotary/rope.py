@@ -24,7 +24,10 @@ from .layouts import expand_pairs, rotate_pairs
 from .scaling import Scaling, from_key, resolve
 from .scaling import key as scaling_key
 
-__all__ = ["RoPE", "as_positions"]
+__all__ = ["PARTIAL_MODES", "RoPE", "as_positions"]
+
+#: How a ``rotary_dim`` smaller than ``head_dim`` is read (see :class:`RoPE`).
+PARTIAL_MODES = ("neox", "proportional")
 
 
 class RoPE:
@@ -41,8 +44,8 @@ class RoPE:
         Hugging Face LLaMA); ``"interleaved"`` pairs ``2i`` with ``2i + 1``
         (RoFormer, Meta LLaMA, GPT-J).
     rotary_dim : int, optional
-        Rotate only the first ``rotary_dim`` features of each head (even); the
-        rest pass through.  The frequency exponent uses ``rotary_dim``.
+        Rotate only ``rotary_dim`` features of each head (even); the rest pass
+        through.  Which features and which frequencies depend on ``partial``.
     scaling : Scaling or dict, optional
         A context-extension scaling from :mod:`rotary.scaling`, or a Hugging
         Face ``rope_scaling`` dict.
@@ -50,6 +53,17 @@ class RoPE:
         ``"exact"`` (default): angles within 1e-6 of the float64 truth for
         integer positions up to 2**36 on every backend.  ``"float32"``: the
         common float32 recipe, bit-for-bit Hugging Face on torch.
+    partial : {"neox", "proportional"}
+        How ``rotary_dim < head_dim`` is read.  ``"neox"`` (default; GPT-NeoX
+        ``rotary_pct``, GPT-J ``rotary_dim``, HF ``partial_rotary_factor``): the
+        first ``rotary_dim`` features form the pairs and the frequency exponent
+        uses ``rotary_dim``.  ``"proportional"`` (Gemma, HF ``rope_type="proportional"``):
+        the exponent uses ``head_dim`` (``theta_i = base**(-2i/head_dim)``), the
+        pairs span the whole head and only the first ``rotary_dim // 2`` pairs
+        rotate (the others have frequency 0): in the ``"half"`` layout the first
+        ``rotary_dim // 2`` features of each half, in ``"interleaved"`` the first
+        ``rotary_dim`` features.  ``inv_freq`` and ``cos_sin`` then have
+        ``head_dim // 2`` entries, as in Hugging Face.
 
     Notes
     -----
@@ -76,6 +90,7 @@ class RoPE:
         rotary_dim: int | None = None,
         scaling: Scaling | dict | None = None,
         angles: str = "exact",
+        partial: str = "neox",
     ) -> None:
         self.head_dim = _checks.check_head_dim(head_dim)
         self.rotary_dim: int = _checks.check_rotary_dim(rotary_dim, self.head_dim)  # type: ignore[assignment]
@@ -85,7 +100,14 @@ class RoPE:
         if angles not in ANGLE_METHODS:
             raise ValueError(f"angles must be one of {ANGLE_METHODS!r}, got {angles!r}")
         self.angles = angles
-        self._af = float(self.scaling.attention_factor(self.rotary_dim, self.base))
+        if partial not in PARTIAL_MODES:
+            raise ValueError(f"partial must be one of {PARTIAL_MODES!r}, got {partial!r}")
+        if partial == "proportional" and self.scaling.dynamic:
+            raise ValueError("partial='proportional' does not support dynamic scalings")
+        self.partial = partial
+        # Features handed to the rotation kernel: proportional pairs span the whole head.
+        self._rot_width = self.head_dim if partial == "proportional" else self.rotary_dim
+        self._af = float(self.scaling.attention_factor(self._rot_width, self.base))
         # Plain-value key: identifies the cached constants and lets torch.compile
         # treat them as compile-time constants (see ``_torch_constants``).
         self._key = (
@@ -95,6 +117,7 @@ class RoPE:
             self.layout,
             scaling_key(self.scaling),
             self.angles,
+            *(() if partial == "neox" else (partial,)),
         )
 
     # -- configuration ---------------------------------------------------------------
@@ -108,6 +131,7 @@ class RoPE:
         extra = "" if self.rotary_dim == self.head_dim else f", rotary_dim={self.rotary_dim}"
         sc = "" if type(self.scaling).rope_type == "default" else f", scaling={self.scaling!r}"
         an = "" if self.angles == "exact" else f", angles={self.angles!r}"
+        an += "" if self.partial == "neox" else f", partial={self.partial!r}"
         return f"RoPE({self.head_dim}, base={self.base:g}, layout={self.layout!r}{extra}{sc}{an})"
 
     @property
@@ -225,7 +249,7 @@ class RoPE:
         dev = creation_device(x, xp)
         cdt = compute_dtype(xp, x.dtype)
         c, s = self._half_cos_sin(pos, xp, dev, cdt)
-        return rotate_pairs(x, c, s, layout=self.layout, rotary_dim=self.rotary_dim, xp=xp)
+        return rotate_pairs(x, c, s, layout=self.layout, rotary_dim=self._rot_width, xp=xp)
 
     def apply(self, q: Array, k: Array, pos: Any, *, k_pos: Any = None) -> tuple[Array, Array]:
         """Rotate queries and keys; ``k_pos`` (default ``pos``) gives the keys' positions.
@@ -261,7 +285,7 @@ class RoPE:
             k_pos = self._prepare_pos(k_pos, k, xp, "k_pos", arrays)
             c, s = self._half_cos_sin(pos, xp, dev, cdt)
             ck, sk = self._half_cos_sin(k_pos, xp, dev, cdt)
-        kw = {"layout": self.layout, "rotary_dim": self.rotary_dim, "xp": xp}
+        kw = {"layout": self.layout, "rotary_dim": self._rot_width, "xp": xp}
         return rotate_pairs(q, c, s, **kw), rotate_pairs(k, ck, sk, **kw)
 
     # -- helpers -------------------------------------------------------------------
@@ -324,8 +348,12 @@ _CONSTANTS: dict[tuple, tuple[Array, Array]] = {}
 def _host_inv_freq(key: tuple) -> np.ndarray:
     w = _HOST_W.get(key)
     if w is None:
-        _, rotary_dim, base, _, skey, _ = key
-        w = np.asarray(from_key(skey).inv_freq(rotary_dim, base), dtype=np.float64)
+        head_dim, rotary_dim, base, _, skey, _ = key[:6]
+        if key[6:] == ("proportional",):
+            w = np.asarray(from_key(skey).inv_freq(head_dim, base), dtype=np.float64)
+            w = np.concatenate([w[: rotary_dim // 2], np.zeros(head_dim // 2 - rotary_dim // 2)])
+        else:
+            w = np.asarray(from_key(skey).inv_freq(rotary_dim, base), dtype=np.float64)
         w.setflags(write=False)
         _HOST_W[key] = w
     return w
@@ -348,9 +376,13 @@ def _constants(key: tuple, xp: Namespace, dev: Any, dtype: Any) -> tuple[Array, 
 
 
 def _build_constants(key: tuple, xp: Namespace, dev: Any, dtype: Any) -> tuple[Array, Array]:
-    _, rotary_dim, base, _, skey, _ = key
+    head_dim, rotary_dim, base, _, skey, _ = key[:6]
     if dtype == "float32recipe":
         hf = getattr(from_key(skey), "float32_inv_freq", None) or float32_inv_freq
+        if key[6:] == ("proportional",):
+            w32 = hf(head_dim, base, xp=xp, device=dev)[: rotary_dim // 2]
+            pad = xp.zeros((head_dim // 2 - rotary_dim // 2,), dtype=w32.dtype, device=dev)
+            return (None, xp.concat([w32, pad]))
         return (None, hf(rotary_dim, base, xp=xp, device=dev))
     w = _host_inv_freq(key)
     return backend_tables(w, xp=xp, device=dev, dtype=dtype), xp.asarray(w, dtype=dtype, device=dev)
