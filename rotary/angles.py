@@ -24,6 +24,7 @@ Two methods:
 
 from __future__ import annotations
 
+import decimal
 import functools
 from typing import Any
 
@@ -31,7 +32,15 @@ import numpy as np
 
 from ._compat import Array, Namespace, is_real_floating
 
-__all__ = ["ANGLE_METHODS", "DIGIT_BITS", "LEVELS", "cos_sin", "inv_freq", "level_tables"]
+__all__ = [
+    "ANGLE_METHODS",
+    "DIGIT_BITS",
+    "LEVELS",
+    "cos_sin",
+    "exact_cos_sin_positions",
+    "inv_freq",
+    "level_tables",
+]
 
 ANGLE_METHODS = ("exact", "float32")
 
@@ -66,17 +75,42 @@ def inv_freq(dim: int, base: float = 10000.0) -> np.ndarray:
     return 1.0 / (float(base) ** exps)
 
 
+#: 2 pi to 110 significant digits, for the exact range reduction of the table steps.
+_TWO_PI = 2 * decimal.Decimal(
+    "3.14159265358979323846264338327950288419716939937510582097494459230781640628620899862803482534211706798"
+)
+
+
+def _reduced_steps(w: np.ndarray, level: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(radix**level * w) mod 2 pi`` as an unevaluated sum ``hi + lo`` of float64 arrays.
+
+    Exact decimal arithmetic (64 values), so the tables need no wide float: the
+    table angles ``digit * (hi + lo)`` stay below ``4096 * 2 pi`` and lose at most
+    ~1e-15 (80-bit longdouble) or ~3e-12 (platforms whose longdouble is float64).
+    """
+    hi = np.empty(w.shape, dtype=np.float64)
+    lo = np.empty(w.shape, dtype=np.float64)
+    with decimal.localcontext() as ctx:
+        ctx.prec = 110
+        scale = decimal.Decimal(_RADIX**level)
+        for i, wi in enumerate(w.tolist()):
+            x = decimal.Decimal(wi) * scale  # exact: w is a float64, radix**level an integer
+            r = x - (x / _TWO_PI).to_integral_value(rounding=decimal.ROUND_FLOOR) * _TWO_PI
+            hi[i] = float(r)
+            lo[i] = float(r - decimal.Decimal(hi[i]))
+    return hi, lo
+
+
 @functools.lru_cache(maxsize=64)
 def _level_tables_cached(inv_bytes: bytes, levels: int) -> np.ndarray:
     w = np.frombuffer(inv_bytes, dtype=np.float64)
     ld = np.longdouble  # 64-bit mantissa on x86; float64 where the platform has no wider type
-    two_pi = ld(2) * ld("3.14159265358979323846264338327950288")
     digits = np.arange(_RADIX, dtype=ld)[:, None]
     out = np.empty((levels, _RADIX, 2, w.shape[0]), dtype=np.float64)
     for level in range(levels):
-        # digit * radix**level is an exact integer; w is exact in longdouble.
-        ang = digits * ld(float(_RADIX**level)) * w.astype(ld)[None, :]
-        ang = np.fmod(ang, two_pi)
+        # Angle digit * radix**level * w, from its exactly reduced step: below 4096 * 2 pi.
+        hi, lo = _reduced_steps(w, level)
+        ang = digits * hi.astype(ld)[None, :] + digits * lo.astype(ld)[None, :]
         out[level, :, 0, :] = np.cos(ang).astype(np.float64)
         out[level, :, 1, :] = np.sin(ang).astype(np.float64)
     out.setflags(write=False)
@@ -126,7 +160,7 @@ def cos_sin(
     if tables is None:
         tables = backend_tables(w, xp=xp, device=_device_of(pos, xp), dtype=dtype)
     wb = xp.asarray(w, dtype=dtype, device=_device_of(pos, xp))
-    return exact_cos_sin(pos, tables, wb, xp=xp, dtype=dtype)
+    return exact_cos_sin_positions(pos, tables, wb, xp=xp, dtype=dtype)
 
 
 def _device_of(pos: Array, xp: Namespace) -> Any:
@@ -183,6 +217,27 @@ def exact_cos_sin(
         c, s = c * fc - s * fs, s * fc + c * fs
     s = s * sign[:, None]
     return xp.reshape(c, (*shape, n)), xp.reshape(s, (*shape, n))
+
+
+def exact_cos_sin_positions(
+    pos: Array, tables: Array, w: Array, *, xp: Namespace, dtype: Any
+) -> tuple[Array, Array]:
+    """:func:`exact_cos_sin` for any positions: floating positions wider than ``dtype``
+    (float64 positions, float32 compute) are split into integer and fractional parts
+    *before* rounding, so e.g. ``2**23 + 0.5`` keeps its fraction."""
+    if (
+        is_real_floating(xp, pos.dtype)
+        and hasattr(xp, "float64")
+        and pos.dtype == xp.float64
+        and dtype != xp.float64
+    ):
+        whole = xp.floor(pos)
+        frac = xp.astype(pos - whole, dtype)
+        c, s = exact_cos_sin(xp.astype(whole, xp.int64), tables, w, xp=xp, dtype=dtype)
+        ang = frac[..., None] * w
+        fc, fs = xp.cos(ang), xp.sin(ang)
+        return c * fc - s * fs, s * fc + c * fs
+    return exact_cos_sin(pos, tables, w, xp=xp, dtype=dtype)
 
 
 def float32_recipe(pos: Array, inv32: Array, *, xp: Namespace) -> tuple[Array, Array]:

@@ -19,7 +19,13 @@ from ._compat import (
     namespace_key,
     widest_float,
 )
-from .angles import ANGLE_METHODS, backend_tables, exact_cos_sin, float32_inv_freq, float32_recipe
+from .angles import (
+    ANGLE_METHODS,
+    backend_tables,
+    exact_cos_sin_positions,
+    float32_inv_freq,
+    float32_recipe,
+)
 from .layouts import expand_pairs, rotate_pairs
 from .scaling import Scaling, from_key, resolve
 from .scaling import key as scaling_key
@@ -52,7 +58,9 @@ class RoPE:
     angles : {"exact", "float32"}
         ``"exact"`` (default): angles within 1e-6 of the float64 truth for
         integer positions up to 2**36 on every backend.  ``"float32"``: the
-        common float32 recipe, bit-for-bit Hugging Face on torch.
+        common float32 recipe, bit-for-bit Hugging Face on torch: angles in float32,
+        cos/sin cast to the input dtype and the rotation done in it (as HF's
+        ``apply_rotary_pos_emb`` does for bfloat16/float16 inputs).
     partial : {"neox", "proportional"}
         How ``rotary_dim < head_dim`` is read.  ``"neox"`` (default; GPT-NeoX
         ``rotary_pct``, GPT-J ``rotary_dim``, HF ``partial_rotary_factor``): the
@@ -120,6 +128,24 @@ class RoPE:
             *(() if partial == "neox" else (partial,)),
         )
 
+    @classmethod
+    def from_hf(cls, config: Any, *, angles: str = "exact", layer_type: str | None = None) -> RoPE:
+        """The RoPE of a Hugging Face ``transformers`` config (object or dict); see :func:`rotary.hf.from_hf`.
+
+        Examples
+        --------
+        >>> import rotary
+        >>> cfg = {"hidden_size": 64, "num_attention_heads": 4, "rope_theta": 500000.0,
+        ...        "max_position_embeddings": 8192, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+        ...        "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+        >>> rope = rotary.RoPE.from_hf(cfg)
+        >>> rope.head_dim, rope.base, rope.scaling.factor
+        (16, 500000.0, 8.0)
+        """
+        from .hf import from_hf
+
+        return from_hf(config, angles=angles, layer_type=layer_type, cls=cls)
+
     # -- configuration ---------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RoPE) and self._key == other._key
@@ -164,8 +190,13 @@ class RoPE:
             return _torch_constants(self._key, str(dev), str(dtype).rsplit(".", 1)[-1])
         return _constants(self._key, xp, dev, dtype)
 
-    def _half_cos_sin(self, pos: Array, xp: Namespace, dev: Any, dtype: Any) -> tuple[Array, Array]:
-        """cos, sin of shape ``pos.shape + (rotary_dim // 2,)`` in ``dtype``, af applied."""
+    def _half_cos_sin(
+        self, pos: Array, xp: Namespace, dev: Any, dtype: Any, out_dtype: Any = None
+    ) -> tuple[Array, Array]:
+        """cos, sin of shape ``pos.shape + (rotary_dim // 2,)`` in ``dtype``, af applied.
+
+        ``out_dtype``: cast to it after the attention factor (HF order in float32 mode).
+        """
         if self.scaling.dynamic:
             c, s = self.scaling.dynamic_cos_sin(self, pos, xp=xp, device=dev, dtype=dtype)
         elif self.angles == "float32":
@@ -175,10 +206,16 @@ class RoPE:
                 c, s = xp.astype(c, dtype), xp.astype(s, dtype)
         else:
             tables, w = self._constants(xp, dev, dtype)
-            c, s = exact_cos_sin(pos, tables, w, xp=xp, dtype=dtype)
+            c, s = exact_cos_sin_positions(pos, tables, w, xp=xp, dtype=dtype)
         if self._af != 1.0:
             c, s = c * self._af, s * self._af
+        if out_dtype is not None and c.dtype != out_dtype:
+            c, s = xp.astype(c, out_dtype), xp.astype(s, out_dtype)
         return c, s
+
+    def _rot_dtype(self, x: Array) -> Any:
+        """Float32 mode rotates in the input dtype, as Hugging Face does (cos/sin cast to it)."""
+        return x.dtype if self.angles == "float32" else None
 
     def cos_sin(
         self,
@@ -248,7 +285,7 @@ class RoPE:
         pos = self._prepare_pos(pos, x, xp, "pos", [("x", x)])
         dev = creation_device(x, xp)
         cdt = compute_dtype(xp, x.dtype)
-        c, s = self._half_cos_sin(pos, xp, dev, cdt)
+        c, s = self._half_cos_sin(pos, xp, dev, cdt, self._rot_dtype(x))
         return rotate_pairs(x, c, s, layout=self.layout, rotary_dim=self._rot_width, xp=xp)
 
     def apply(self, q: Array, k: Array, pos: Any, *, k_pos: Any = None) -> tuple[Array, Array]:
@@ -278,14 +315,14 @@ class RoPE:
         if k_pos is None:
             pos = self._prepare_pos(pos, q, xp, "pos", arrays)
             _checks.check_broadcast(tuple(pos.shape), tuple(k.shape[:-1]), "pos", "k")
-            c, s = self._half_cos_sin(pos, xp, dev, cdt)
+            c, s = self._half_cos_sin(pos, xp, dev, cdt, self._rot_dtype(q))
             ck, sk = c, s
         else:
             pos = self._prepare_pos(pos, q, xp, "pos", arrays)
             k_pos = self._prepare_pos(k_pos, k, xp, "k_pos", arrays)
-            c, s = self._half_cos_sin(pos, xp, dev, cdt)
-            ck, sk = self._half_cos_sin(k_pos, xp, dev, cdt)
-        kw = {"layout": self.layout, "rotary_dim": self._rot_width, "xp": xp}
+            c, s = self._half_cos_sin(pos, xp, dev, cdt, self._rot_dtype(q))
+            ck, sk = self._half_cos_sin(k_pos, xp, dev, cdt, self._rot_dtype(k))
+        kw = {"layout": self.layout, "rotary_dim": self.rotary_dim, "xp": xp}
         return rotate_pairs(q, c, s, **kw), rotate_pairs(k, ck, sk, **kw)
 
     # -- helpers -------------------------------------------------------------------
