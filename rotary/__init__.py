@@ -14,6 +14,7 @@ from . import angles, layouts, multiaxis, scaling
 from .angles import inv_freq
 from .apply import apply, rotate
 from .attention import attention
+from .decay import decay_bound
 from .layouts import LAYOUTS, convert_layout
 from .linear_attention import LinearAttentionState, combine, linear_attention, linear_attention_state
 from .multiaxis import AxialRoPE, MRoPE
@@ -33,6 +34,7 @@ __all__ = [
     "attention",
     "combine",
     "convert_layout",
+    "decay_bound",
     "inv_freq",
     "layouts",
     "linear_attention",

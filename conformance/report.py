@@ -1,0 +1,244 @@
+"""Running the suite and reporting it: text table, JSON and a PNG heat map."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .suite import COLUMNS, Cell, backends, run_backend, run_invariants, sub_available
+
+__all__ = ["environment", "format_report", "main", "run", "write_heatmap"]
+
+_DISTS = (
+    "rotary",
+    "numpy",
+    "array-api-compat",
+    "torch",
+    "jax",
+    "jaxlib",
+    "dask",
+    "array-api-strict",
+    "cupy-cuda12x",
+    "transformers",
+    "rotary-embedding-torch",
+    "matplotlib",
+)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def environment(bks: list) -> dict[str, Any]:
+    """Library versions, platform and the device of every backend run."""
+    import rotary
+
+    env: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "rotary_path": str(Path(rotary.__file__).parent),
+        "versions": {d: v for d in _DISTS if (v := _version(d)) is not None},
+        "longdouble_eps": float(np.finfo(np.longdouble).eps),
+        "devices": {},
+    }
+    for b in bks:
+        dev = b.device
+        if b.module == "jax":
+            import jax
+
+            dev = f"{jax.devices()[0]} (x64 {'on' if b.float64 else 'off'})"
+        elif b.module == "torch" and dev is None:
+            dev = "cpu"
+        elif dev is None:
+            dev = "cpu"
+        env["devices"][b.name] = str(dev)
+    return env
+
+
+def run(names: str | None = None, progress: Any = None) -> dict[str, Any]:
+    """Run every column for every installed (or named) backend and dtype; return the report dict."""
+    t0 = time.perf_counter()
+    bks = backends(names)
+    cells: list[Cell] = []
+    for b in bks:
+        t = time.perf_counter()
+        if b.module == "dask":
+            import dask
+
+            with dask.config.set(scheduler="synchronous"):  # tiny arrays: threads only add overhead
+                got = run_backend(b)
+        else:
+            got = run_backend(b)
+        cells += got
+        if progress:
+            bad = sum(c.status == "fail" for c in got)
+            progress(f"  {b.name:<28} {len(got):3d} cells, {bad} failed  ({time.perf_counter() - t:.1f} s)")
+    invariants = run_invariants()
+    missing = sorted({m for c in cells for m in c.missing}) if cells else sorted(
+        s.name for col in COLUMNS for s in col.subs if not sub_available(s)
+    )
+    failed = [c for c in cells if c.status == "fail"] + [i for i in invariants if i["passed"] is False]
+    return {
+        "passed": not failed and bool(bks),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "seconds": round(time.perf_counter() - t0, 2),
+        "environment": environment(bks),
+        "backends": [b.name for b in bks],
+        "columns": [{"key": c.key, "label": c.label, "description": c.description,
+                     "checks": [s.name for s in c.subs]} for c in COLUMNS],
+        "not_available": missing,
+        "cells": [c.to_dict() for c in cells],
+        "invariants": invariants,
+        "n_failed": len(failed),
+    }
+
+
+def _cell_text(c: dict[str, Any]) -> str:
+    if c["status"] == "n/a":
+        return "n/a"
+    u = float(c["ulps"])
+    num = "inf" if not math.isfinite(u) else (f"{u:.2g}" if u < 100 else f"{u:.0e}".replace("e+0", "e"))
+    return num if c["status"] == "pass" else f"{num} X"
+
+
+def _rows(rep: dict[str, Any]) -> list[tuple[str, dict[str, dict[str, Any]]]]:
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for c in rep["cells"]:
+        rows.setdefault(f"{c['backend']}/{c['dtype']}", {})[c["column"]] = c
+    return list(rows.items())
+
+
+def format_report(rep: dict[str, Any]) -> str:
+    """The human-readable report: environment, the backends x checks table, failures, invariants."""
+    env = rep["environment"]
+    v = env["versions"]
+    lines = [
+        f"rotary conformance report  ({rep['created']}, {rep['seconds']:.1f} s)",
+        f"  rotary {v.get('rotary', '?')} from {env['rotary_path']}",
+        f"  python {env['python']} on {env['platform']} ({env['cpu_count']} CPUs)",
+        "  " + ", ".join(f"{k} {val}" for k, val in v.items() if k != "rotary"),
+        "  devices: " + ", ".join(f"{k}: {d}" for k, d in env["devices"].items()),
+        "",
+        "max error in ulps of the dtype (|out - ref| / (eps(dtype) * max(1, |ref|)), eps = spacing at 1.0;",
+        "ref = NumPy float64 on the same rounded inputs, or the float64 matrix form); X = failed, n/a = not in rotary",
+        "",
+    ]
+    cols = COLUMNS
+    w0 = max([len(r) for r, _ in _rows(rep)] + [14])
+    head = f"{'backend/dtype':<{w0}} " + " ".join(f"{c.label:>9}" for c in cols)
+    lines += [head, "-" * len(head)]
+    for name, row in _rows(rep):
+        cells = " ".join(f"{_cell_text(row[c.key]) if c.key in row else '':>9}" for c in cols)
+        lines.append(f"{name:<{w0}} {cells}")
+    lines.append("")
+    lines.append("columns:")
+    for c in cols:
+        lines.append(f"  {c.label:<9} {c.description}")
+    if rep["not_available"]:
+        lines += ["", "not available in this rotary (reported, not failed): " + ", ".join(rep["not_available"])]
+    fails = [c for c in rep["cells"] if c["status"] == "fail"]
+    if fails:
+        lines += ["", f"FAILURES ({len(fails)}):"]
+        for c in fails:
+            lines.append(f"  {c['backend']}/{c['dtype']} {c['column']}: {c['message']}")
+    lines += ["", "backend-independent checks:"]
+    for inv in rep["invariants"]:
+        st = {True: "ok  ", False: "FAIL", None: "n/a "}[inv["passed"]]
+        lines.append(f"  {st} {inv['name']}: {inv['detail']}")
+    n = len(rep["cells"])
+    npass = sum(c["status"] == "pass" for c in rep["cells"])
+    nna = sum(c["status"] == "n/a" for c in rep["cells"])
+    verdict = "PASSED" if rep["passed"] else f"FAILED ({rep['n_failed']} failures)"
+    lines += ["", f"{len(rep['backends'])} backends, {n} cells: {npass} passed, {n - npass - nna} failed, "
+              f"{nna} not available.  {verdict}"]
+    return "\n".join(lines)
+
+
+def write_heatmap(rep: dict[str, Any], path: Path) -> str | None:
+    """PNG heat map of the error matrix (colour: error / tolerance). Returns a note if skipped."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: heat map skipped (pip install matplotlib)"
+    rows = _rows(rep)
+    cols = COLUMNS
+    ratio = np.full((len(rows), len(cols)), np.nan)
+    text = [["" for _ in cols] for _ in rows]
+    for i, (_, row) in enumerate(rows):
+        for j, c in enumerate(cols):
+            cell = row.get(c.key)
+            if cell is None or cell["status"] == "n/a":
+                text[i][j] = "n/a"
+                continue
+            u, t = float(cell["ulps"]), float(cell["tol_ulps"])
+            ratio[i, j] = min(u / t, 2.0) if t > 0 else (0.0 if u == 0 else 2.0)
+            text[i][j] = _cell_text(cell)
+    fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(cols), 0.8 + 0.32 * len(rows)), dpi=100)
+    cmap = matplotlib.colormaps["RdYlGn_r"].copy()
+    cmap.set_bad("#dddddd")
+    im = ax.imshow(np.ma.masked_invalid(ratio), cmap=cmap, vmin=0.0, vmax=2.0, aspect="auto")
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(len(cols)), [c.label for c in cols], rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), [r for r, _ in rows], fontsize=8)
+    ax.set_title("rotary conformance: max error in ulps of the dtype\n(colour: error / tolerance; >1 fails)",
+                 fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02, label="error / tolerance")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="python3 -m conformance",
+        description="rotary's conformance suite: every public function on every installed backend and "
+        "dtype against NumPy float64, check_rope's properties, and the golden vectors.",
+    )
+    ap.add_argument("--out", default="conformance-report", help="output folder (default: %(default)s)")
+    ap.add_argument("--backends", default=None,
+                    help="comma-separated backend names (default: $ROTARY_BACKENDS or every installed one)")
+    ap.add_argument("--quiet", action="store_true", help="print only the verdict")
+    args = ap.parse_args(argv)
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    progress("running rotary conformance ...")
+    rep = run(args.backends, progress)
+    text = format_report(rep)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
+    (out / "report.txt").write_text(text + "\n")
+    note = write_heatmap(rep, out / "heatmap.png")
+    files = ["report.txt", "report.json"] + ([] if note else ["heatmap.png"])
+    if args.quiet:
+        print(text.splitlines()[-1])
+    else:
+        print(text)
+        print(f"\nwrote {', '.join(str(out / f) for f in files)}" + (f"\nnote: {note}" if note else ""))
+    return 0 if rep["passed"] else 1

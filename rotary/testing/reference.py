@@ -1,0 +1,162 @@
+"""An independent float64 reference: RoPE as the explicit block-diagonal rotation matrix.
+
+Nothing here uses ``rotary``'s own angle or rotation code: the frequencies are
+restated from the definition, the angles ``pos * theta_i`` are formed exactly
+(Python ``decimal``, 50 significant digits, reduced with a 60-digit pi), so
+cos/sin are correctly rounded to float64 on every platform, at any position,
+and the rotation is a dense ``(d, d)`` matrix product in float64.
+
+This is the oracle of :func:`rotary.testing.check_rope`, of the conformance suite
+and of the golden vectors in ``conformance/vectors/``.
+"""
+
+from __future__ import annotations
+
+import decimal
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["cos_sin", "pair_indices", "rotate", "rotation_matrix", "theta"]
+
+_PI = decimal.Decimal("3.141592653589793238462643383279502884197169399375105820974944592")
+_CTX = decimal.Context(prec=50)
+
+
+def theta(dim: int, base: float = 10000.0) -> np.ndarray:
+    """``theta_i = 1 / base**(2i / dim)``, ``i = 0 .. dim/2 - 1``, in float64.
+
+    This is the float64 definition of the frequencies every implementation is compared
+    with (the golden vectors store these exact values).
+
+    Examples
+    --------
+    >>> from rotary.testing import reference
+    >>> reference.theta(8, 10000.0)
+    array([1.   , 0.1  , 0.01 , 0.001])
+    """
+    return 1.0 / float(base) ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _cos_sin_exact(p: float, t: float) -> tuple[float, float]:
+    """cos and sin of the exact real product ``p * t`` (both float64), correctly rounded."""
+    with decimal.localcontext(_CTX):
+        a = decimal.Decimal(p) * decimal.Decimal(t)
+        two_pi = 2 * _PI
+        a = a - two_pi * (a / two_pi).to_integral_value(rounding=decimal.ROUND_FLOOR)
+        if a > _PI:
+            a -= two_pi
+        # Taylor series on |a| <= pi; 50 digits need < 45 terms.
+        term, c, s = decimal.Decimal(1), decimal.Decimal(0), decimal.Decimal(0)
+        a2, k = a * a, 0
+        c = term
+        sterm = a
+        s = sterm
+        while True:
+            k += 2
+            term = -term * a2 / (k * (k - 1))
+            sterm = -sterm * a2 / (k * (k + 1))
+            if abs(term) < decimal.Decimal("1e-45") and abs(sterm) < decimal.Decimal("1e-45"):
+                break
+            c += term
+            s += sterm
+        return float(c), float(s)
+
+
+def cos_sin(pos: Sequence[float] | np.ndarray, th: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of ``pos[..., None] * th``, each correctly rounded to float64.
+
+    ``pos`` (any shape, integer or float64 values) and ``th`` are taken as exact float64
+    numbers; the product and the range reduction are exact to 50 digits.
+    """
+    p = np.asarray(pos, dtype=np.float64)
+    th = np.asarray(th, dtype=np.float64)
+    c = np.empty((*p.shape, th.shape[0]), dtype=np.float64)
+    s = np.empty_like(c)
+    for idx in np.ndindex(*p.shape):
+        pv = float(p[idx])
+        for i, t in enumerate(th.tolist()):
+            c[(*idx, i)], s[(*idx, i)] = _cos_sin_exact(pv, t)
+    return c, s
+
+
+def pair_indices(rotary_dim: int, layout: str) -> list[tuple[int, int]]:
+    """Feature pairs ``(a, b)`` rotated together: ``(i, i + r/2)`` (half) or ``(2i, 2i + 1)``."""
+    h = rotary_dim // 2
+    if layout == "half":
+        return [(i, i + h) for i in range(h)]
+    if layout == "interleaved":
+        return [(2 * i, 2 * i + 1) for i in range(h)]
+    raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
+
+
+def rotation_matrix(
+    pos: float,
+    head_dim: int,
+    *,
+    layout: str = "half",
+    base: float = 10000.0,
+    rotary_dim: int | None = None,
+    th: np.ndarray | None = None,
+    scale: float = 1.0,
+) -> np.ndarray:
+    """The ``(head_dim, head_dim)`` block-diagonal rotation ``R_pos`` in float64.
+
+    Pair ``i`` (see :func:`pair_indices`) is rotated by ``pos * th[i]``; features past
+    ``rotary_dim`` pass through.  ``th`` defaults to :func:`theta` ``(rotary_dim, base)``;
+    ``scale`` (an attention factor) multiplies the rotated block.
+
+    Examples
+    --------
+    >>> from rotary.testing import reference
+    >>> reference.rotation_matrix(1.0, 2).round(4)
+    array([[ 0.5403, -0.8415],
+           [ 0.8415,  0.5403]])
+    """
+    r = head_dim if rotary_dim is None else rotary_dim
+    th = theta(r, base) if th is None else np.asarray(th, dtype=np.float64)
+    c, s = cos_sin(np.asarray([pos], dtype=np.float64), th)
+    R = np.eye(head_dim)
+    for i, (a, b) in enumerate(pair_indices(r, layout)):
+        ci, si = scale * c[0, i], scale * s[0, i]
+        R[a, a], R[a, b], R[b, a], R[b, b] = ci, -si, si, ci
+    return R
+
+
+def rotate(
+    x: np.ndarray,
+    pos: np.ndarray | Sequence[float] | float,
+    *,
+    layout: str = "half",
+    base: float = 10000.0,
+    rotary_dim: int | None = None,
+    th: np.ndarray | None = None,
+    scale: float = 1.0,
+) -> np.ndarray:
+    """Matrix-form RoPE in float64: ``out[..., :] = R_{pos[...]} @ x[..., :]``.
+
+    ``x`` has shape ``(..., d)`` (any real values, taken as float64); ``pos`` broadcasts
+    against ``x.shape[:-1]``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rotary.testing import reference
+    >>> reference.rotate(np.array([[1.0, 0.0]]), [np.pi / 2 / 1.0]).round(6)
+    array([[0., 1.]])
+    """
+    x = np.asarray(x, dtype=np.float64)
+    d = x.shape[-1]
+    p = np.broadcast_to(np.asarray(pos, dtype=np.float64), x.shape[:-1])
+    uniq, inv = np.unique(p.reshape(-1), return_inverse=True)
+    mats = np.stack(
+        [
+            rotation_matrix(float(u), d, layout=layout, base=base, rotary_dim=rotary_dim, th=th, scale=scale)
+            for u in uniq
+        ]
+    ) if uniq.size else np.empty((0, d, d))
+    flat = x.reshape(-1, d)
+    out = np.einsum("nij,nj->ni", mats[inv.reshape(-1)], flat)
+    return out.reshape(x.shape)
