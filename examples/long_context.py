@@ -48,29 +48,22 @@ def angle_errors(max_log2: int, per_octave: int, seed: int = 0) -> tuple[np.ndar
 
 
 def scalings() -> dict[str, rotary.RoPE]:
-    """The scalings compared, as Hugging Face ``rope_scaling`` dicts where HF has one."""
+    """The scalings compared (each also accepted as a Hugging Face ``rope_scaling`` dict)."""
+    from rotary import scaling as sc
+
     half = HEAD_DIM // 2
-    common = {"factor": float(FACTOR), "original_max_position_embeddings": L0}
     # A LongRoPE-style long factor rising from 1 (fast pairs) to 2 * FACTOR (slow pairs);
-    # real models ship searched factors.
+    # real models (Phi-3) ship searched factors.
     long_factor = tuple(float(f) for f in np.geomspace(1.0, 2.0 * FACTOR, half))
     cfgs = {
         "default": None,
-        "linear": {"rope_type": "linear", "factor": float(FACTOR)},
-        "YaRN": {"rope_type": "yarn", **common},
-        "Llama 3": {"rope_type": "llama3", **common, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
-        "LongRoPE": {
-            "rope_type": "longrope",
-            **common,
-            "short_factor": (1.0,) * half,
-            "long_factor": long_factor,
-        },
+        "linear": sc.Linear(FACTOR),
+        "NTK-aware": sc.NTK(FACTOR),
+        "YaRN": sc.YaRN(FACTOR, original_max_position_embeddings=L0),
+        "Llama 3": sc.Llama3(FACTOR, L0, low_freq_factor=1.0, high_freq_factor=4.0),
+        "LongRoPE": sc.LongRoPE((1.0,) * half, long_factor, L0, factor=FACTOR),
     }
-    ropes = {name: rotary.RoPE(HEAD_DIM, base=BASE, scaling=cfg) for name, cfg in cfgs.items()}
-    # NTK-aware scaling is a change of base: base * s**(d / (d - 2)).
-    ntk_base = BASE * FACTOR ** (HEAD_DIM / (HEAD_DIM - 2))
-    ropes = {**dict(list(ropes.items())[:2]), "NTK-aware": rotary.RoPE(HEAD_DIM, base=ntk_base), **ropes}
-    return ropes
+    return {name: rotary.RoPE(HEAD_DIM, base=BASE, scaling=cfg) for name, cfg in cfgs.items()}
 
 
 def applied_inv_freq(rope: rotary.RoPE, seq_len: int) -> np.ndarray:

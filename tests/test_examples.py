@@ -29,18 +29,6 @@ def needs(*features: str) -> None:
         pytest.skip(f"rotary has no {', '.join(missing)} yet")
 
 
-def _has_scalings(*rope_types: str) -> bool:
-    for t in rope_types:
-        try:
-            rotary.scaling.from_dict({"rope_type": t})
-        except ValueError as exc:
-            if "unknown" in str(exc):
-                return False
-        except Exception:  # known type, but this dict lacks its required parameters
-            pass
-    return True
-
-
 def _pngs(folder) -> list[str]:
     return sorted(p for p in os.listdir(folder) if p.endswith(".png"))
 
@@ -86,8 +74,8 @@ def test_long_context_angle_errors():
 
 def test_long_context(tmp_path):
     pytest.importorskip("matplotlib")
-    if not _has_scalings("yarn", "llama3", "longrope"):
-        pytest.skip("rotary.scaling lacks yarn/llama3/longrope yet")
+    if not all(hasattr(rotary.scaling, n) for n in ("NTK", "YaRN", "Llama3", "LongRoPE")):
+        pytest.skip("rotary.scaling lacks NTK/YaRN/Llama3/LongRoPE")
     res = load("long_context").main(["--out", str(tmp_path), "--max-log2", "12", "--per-octave", "8"])
     assert _pngs(tmp_path) == ["angle_error.png", "wavelengths.png"]
     w = res["wavelengths"]
@@ -95,7 +83,10 @@ def test_long_context(tmp_path):
     np.testing.assert_allclose(w["default"], 2 * np.pi / rotary.inv_freq(128), rtol=1e-6)
     for name in ("YaRN", "Llama 3"):  # the fastest pair is left alone, the slowest interpolated
         np.testing.assert_allclose(w[name][0], w["default"][0], rtol=1e-6)
-        assert w[name][-1] > 7.9 * w["default"][-1]
+        np.testing.assert_allclose(w[name][-1], 8 * w["default"][-1], rtol=1e-6)
+    # NTK-aware: a change of base, base * 8**(d / (d - 2))
+    ntk = 2 * np.pi / rotary.inv_freq(128, 10000.0 * 8 ** (128 / 126))
+    np.testing.assert_allclose(w["NTK-aware"], ntk, rtol=1e-6)
 
 
 def test_decay(tmp_path):
