@@ -39,6 +39,7 @@ import itertools
 from typing import Any
 
 import numpy as np
+from array_api_compat import is_array_api_obj
 
 from . import _checks
 from ._compat import Array, Namespace, array_namespace, compute_dtype, creation_device
@@ -125,7 +126,7 @@ class _MultiAxisRoPE:
 
     # -- helpers ---------------------------------------------------------------------
     def _check_x(self, x: Array, xp: Namespace, name: str) -> None:
-        if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        if not is_array_api_obj(x):
             raise TypeError(f"{name} must be an array, got {type(x).__name__}")
         _checks.check_floating(x, xp, name)
         if x.ndim < 1 or x.shape[-1] != self.head_dim:

@@ -133,6 +133,20 @@ def test_axial_matches_hf_qwen2_vl_vision_rope(rng):
     assert_close(exact, ref, "float32")
 
 
+def test_axial_matches_lucidrains_axial_freqs(rng):
+    torch = pytest.importorskip("torch")
+    ret = pytest.importorskip("rotary_embedding_torch")
+    pe = ret.RotaryEmbedding(dim=8, freqs_for="lang", theta=10000)  # 8 features per axis
+    x = torch.from_numpy(rng.normal(size=(2, 3, 4, 16)).astype(np.float32))  # (batch, rows, cols, dim)
+    theirs = ret.apply_rotary_emb(pe.get_axial_freqs(3, 4), x)
+    rows, cols = np.meshgrid(np.arange(3), np.arange(4), indexing="ij")
+    pos = np.stack([rows, cols], axis=-1)
+    ours = rotary.AxialRoPE(16, 2, layout="interleaved").rotate(x, torch.from_numpy(pos))
+    ref = pair_rotate_ref(x.numpy().astype(np.float64), axial_theta(pos, (8, 8)), "interleaved")
+    assert_close(ours, ref, "float32")
+    assert_close(theirs, ref, "float32", factor=64)  # their float32 angles: same layout, looser
+
+
 # -- M-RoPE ---------------------------------------------------------------------------
 @pytest.mark.parametrize("interleaved", [False, True])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
@@ -262,6 +276,17 @@ def test_proportional_matches_hf(rng):
     torch.testing.assert_close(rope.rotate(x, pos), hq, rtol=0, atol=0)
     c, _ = rope.cos_sin(pos, full=True)
     torch.testing.assert_close(c, cos[0], rtol=0, atol=0)
+    # with HF's linear ``factor`` (frequencies divided after the zero padding)
+    cfg4 = LlamaConfig(
+        hidden_size=64, num_attention_heads=2, head_dim=32, rope_parameters={**rp, "factor": 4.0}
+    )
+    inv4, _ = ROPE_INIT_FUNCTIONS["proportional"](cfg4)
+    lin = rotary.RoPE(
+        32, rotary_dim=8, partial="proportional", scaling={"rope_type": "linear", "factor": 4.0}
+    )
+    np.testing.assert_allclose(lin.inv_freq(), inv4.numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match="partial must be one of"):
+        rotary.RoPE(32, rotary_dim=8, partial="gemma")
 
 
 # -- tracing --------------------------------------------------------------------------
