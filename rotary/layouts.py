@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from . import _dask
 from ._checks import LAYOUTS, check_layout
-from ._compat import Array, Namespace, array_namespace, creation_device
+from ._compat import Array, Namespace, array_namespace, creation_device, is_dask_namespace
 
 __all__ = ["LAYOUTS", "convert_layout", "expand_pairs", "layout_permutation", "rotate_pairs"]
 
@@ -189,6 +190,8 @@ def convert_layout(
     perm = _permutation(src, dst, hd, rotary_dim)
     if src == dst:
         return x
+    if is_dask_namespace(xp):  # one task per block of whole heads
+        return _dask.convert_layout(x, src, dst, ax, hd, rotary_dim)
     full = [start + j for start in range(0, n, hd) for j in perm]
     idx = xp.asarray(full, dtype=xp.int32 if n < 2**31 else xp.int64, device=creation_device(x, xp))
     return xp.take(x, idx, axis=ax)

@@ -57,8 +57,8 @@ from typing import Any, NamedTuple
 
 from array_api_compat import is_array_api_obj
 
-from . import _checks
-from ._compat import Array, Namespace, array_namespace, compute_dtype, creation_device
+from . import _checks, _dask
+from ._compat import Array, Namespace, array_namespace, compute_dtype, creation_device, is_dask_namespace
 from .apply import _rope
 from .layouts import rotate_pairs
 from .rope import RoPE, as_positions
@@ -519,6 +519,12 @@ def linear_attention(
     _check_common(q, k, v, xp, causal=causal, chunk_size=chunk_size, eps=eps, similarity=similarity)
     kv_lead = _lead_shape(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
     _lead_shape(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
+    if is_dask_namespace(xp):  # one task per block; causal: a scan over the block states
+        kw = {"feature_map": feature_map, "similarity": similarity, "layout": layout, "base": base}
+        kw.update(scaling=scaling, eps=eps, chunk_size=chunk_size, k_pos=k_pos, key_mask=key_mask)
+        return _dask.linear_attention(
+            q, k, v, pos, causal=causal, state=state, return_state=return_state, **kw
+        )
     sdt = None
     if state is not None and isinstance(state, tuple) and len(state) == 3 and is_array_api_obj(state[0]):
         sdt = state[0].dtype

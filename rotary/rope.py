@@ -7,13 +7,14 @@ from typing import Any
 import numpy as np
 from array_api_compat import is_array_api_obj
 
-from . import _checks
+from . import _checks, _dask
 from ._compat import (
     Array,
     Namespace,
     array_namespace,
     compute_dtype,
     creation_device,
+    is_dask_namespace,
     is_jax_namespace,
     is_torch_namespace,
     namespace_key,
@@ -283,6 +284,8 @@ class RoPE:
         xp = array_namespace(x, pos, names=("x", "pos"))
         self._check_x(x, xp, "x")
         pos = self._prepare_pos(pos, x, xp, "pos", [("x", x)])
+        if is_dask_namespace(xp):  # one task per block of the leading axes
+            return _dask.rotate(self, x, pos)
         dev = creation_device(x, xp)
         cdt = compute_dtype(xp, x.dtype)
         c, s = self._half_cos_sin(pos, xp, dev, cdt, self._rot_dtype(x))
@@ -310,6 +313,14 @@ class RoPE:
         arrays = [("q", q), ("k", k)]
         if q.dtype != k.dtype:
             raise TypeError(f"q and k must have the same dtype, got {q.dtype} and {k.dtype}")
+        if is_dask_namespace(xp):  # one task per block of the leading axes
+            pos = self._prepare_pos(pos, q, xp, "pos", arrays)
+            if k_pos is None:
+                _checks.check_broadcast(tuple(pos.shape), tuple(k.shape[:-1]), "pos", "k")
+                k_pos = pos
+            else:
+                k_pos = self._prepare_pos(k_pos, k, xp, "k_pos", arrays)
+            return _dask.rotate(self, q, pos, "q", "pos"), _dask.rotate(self, k, k_pos, "k", "k_pos")
         dev = creation_device(q, xp)
         cdt = compute_dtype(xp, q.dtype)
         if k_pos is None:
