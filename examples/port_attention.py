@@ -5,7 +5,7 @@ A LLaMA attention layer (``transformers``' ``LlamaAttention`` from a tiny
 of the same structure when ``transformers`` is absent) rotates q/k in the
 Hugging Face *half* layout.  Its q/k projection weights are moved to the
 *interleaved* layout with ``rotary.convert_layout`` (a per-head permutation of
-the output rows), and the layer is re-run in JAX with
+the output rows), and the layer is re-run in JAX, under ``jax.jit``, with
 ``rotary.apply(..., layout="interleaved")``: the outputs agree over a prefill of
 several positions and over KV-cache decode steps.  Skipping the conversion gives
 plausible-looking but wrong outputs, which the example also prints.
@@ -16,6 +16,7 @@ plausible-looking but wrong outputs, which the example also prints.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import math
 
@@ -160,6 +161,14 @@ def jax_attention(w: dict, x, pos, cache=None):
     return o @ w["o_proj"].T, (k, v)
 
 
+@functools.cache
+def jitted_attention():
+    """``jax_attention`` under ``jax.jit`` (positions traced), compiled once per shape."""
+    import jax
+
+    return jax.jit(jax_attention)
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=None, help="output folder (accepted for uniformity; nothing is drawn)")
@@ -177,6 +186,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     import jax.numpy as jnp
     import torch
 
+    attend = jitted_attention()
     kind, layer, run_torch = _torch_layer(args.layer)
     print(f"PyTorch layer: {kind}; {HEADS} query heads, {KV_HEADS} kv heads, head_dim {HEAD_DIM}")
     w = port_weights(layer)
@@ -194,8 +204,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     for name, sl in steps:
         xt = torch.from_numpy(x[:, sl])
         out_t, t_cache = run_torch(xt, torch.from_numpy(pos[sl]), t_cache)
-        out_j, j_cache = jax_attention(w, jnp.asarray(x[:, sl]), jnp.asarray(pos[sl]), j_cache)
-        out_n, n_cache = jax_attention(w_naive, jnp.asarray(x[:, sl]), jnp.asarray(pos[sl]), n_cache)
+        out_j, j_cache = attend(w, jnp.asarray(x[:, sl]), jnp.asarray(pos[sl]), j_cache)
+        out_n, n_cache = attend(w_naive, jnp.asarray(x[:, sl]), jnp.asarray(pos[sl]), n_cache)
         ref = out_t.numpy()
         diffs[name] = float(np.max(np.abs(np.asarray(out_j) - ref)))
         naive = float(np.max(np.abs(np.asarray(out_n) - ref)))
