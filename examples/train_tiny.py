@@ -42,6 +42,16 @@ def sinusoidal(n: int, dim: int):
     return torch.stack([ang.sin(), ang.cos()], dim=-1).reshape(n, dim)
 
 
+def causal_softmax_attention(q, k, v):
+    """Plain causal softmax attention (torch); the position encoding is applied before."""
+    import torch
+
+    n = q.shape[-2]
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return s.softmax(-1) @ v
+
+
 def build_model(variant: str, vocab: int, dim: int, heads: int, seq: int):
     import torch
     from torch import nn
@@ -66,16 +76,9 @@ def build_model(variant: str, vocab: int, dim: int, heads: int, seq: int):
             q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, heads, dim // heads).permute(2, 0, 3, 1, 4)
             pos = self.pos[:n]
             if variant == "rope":
-                q, k = rotary.apply(q, k, pos)  # (b, heads, n, head_dim), pos broadcasts
-                a = rotary.attention(q, k, v, None, causal=True) if hasattr(rotary, "attention") else None
-                if a is None:
-                    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-                    s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
-                    a = s.softmax(-1) @ v
-            elif variant == "sinusoidal":
-                s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-                s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
-                a = s.softmax(-1) @ v
+                q, k = rotary.apply(q, k, pos)  # (b, heads, n, head_dim); pos broadcasts
+            if variant in ("rope", "sinusoidal"):
+                a = causal_softmax_attention(q, k, v)
             else:  # linear attention, RoPE on the features (numerator only) or none
                 a = rotary.linear_attention(q, k, v, pos if variant == "rope-linear" else None, causal=True)
             x = x + self.proj(a.transpose(1, 2).reshape(b, n, dim))
@@ -131,12 +134,18 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import torch
 
     curves, secs = {}, {}
-    for v in variants:
-        t0 = time.perf_counter()
-        curves[v] = train(v, args)
-        secs[v] = time.perf_counter() - t0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a model this small runs fastest on one thread
+    try:
+        for v in variants:
+            t0 = time.perf_counter()
+            curves[v] = train(v, args)
+            secs[v] = time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(threads)
 
     chance = math.log(args.vocab)
     marks = sorted({max(1, round(args.steps * f)) for f in (0.1, 0.25, 0.5, 0.75, 1.0)})
