@@ -10,7 +10,7 @@ on NumPy, CuPy, PyTorch, JAX, Dask and array-api-strict arrays.
 
 from __future__ import annotations
 
-from . import angles, layouts, multiaxis, scaling
+from . import angles, hf, layouts, multiaxis, scaling
 from .angles import inv_freq
 from .apply import apply, rotate
 from .attention import attention
@@ -19,15 +19,23 @@ from .layouts import LAYOUTS, convert_layout
 from .linear_attention import LinearAttentionState, combine, linear_attention, linear_attention_state
 from .multiaxis import AxialRoPE, MRoPE
 from .rope import RoPE
+from .scaling import NTK, DynamicNTK, Linear, Llama3, LongRoPE, Scaling, YaRN
 
 __version__ = "0.1.0"
 
 __all__ = [
     "LAYOUTS",
+    "NTK",
     "AxialRoPE",
+    "DynamicNTK",
+    "Linear",
     "LinearAttentionState",
+    "Llama3",
+    "LongRoPE",
     "MRoPE",
     "RoPE",
+    "Scaling",
+    "YaRN",
     "__version__",
     "angles",
     "apply",
@@ -35,6 +43,7 @@ __all__ = [
     "combine",
     "convert_layout",
     "decay_bound",
+    "hf",
     "inv_freq",
     "layouts",
     "linear_attention",

@@ -6,20 +6,37 @@ Two methods:
     Range reduction that is exact for integer positions.  A position is split
     into base-4096 digits ``p = d0 + 4096 d1 + 4096**2 d2`` (plus a fractional
     part for floating positions).  For each digit level a table of
-    ``cos/sin(d * 4096**level * inv_freq)`` is built once, on the host, in
-    extended precision and rounded to the compute dtype; the angle of ``p`` is
-    then put together with the angle-addition formulas.  Every table entry is
-    correctly rounded, so the result is within a few float32 ulps (< 1e-6
-    absolute) of the float64 truth for every ``|p| < 2**36``, on every backend,
-    including those without float64.  Fractional parts ``f`` in ``[0, 1)`` add
-    ``cos/sin(f * inv_freq)`` computed directly in the compute dtype (error
-    about one ulp of the angle, < 1e-7 absolute in float32).
+    ``cos/sin(d * 4096**level * inv_freq)`` is built once, on the host: the step
+    ``4096**level * inv_freq`` is reduced modulo 2 pi exactly (decimal
+    arithmetic), so every table angle is below ``4096 * 2 pi`` and every entry is
+    accurate to ~1e-15 before rounding to the compute dtype; the angle of ``p`` is
+    then put together with the angle-addition formulas.  The result is within a
+    few float32 ulps (< 1e-6 absolute, measured <= 1.9e-7) of the float64 truth
+    for every integer ``|p| < 2**36``, on every backend, including those without
+    float64; float64 results are within ~2e-15.  Floating positions: the
+    fractional part ``f`` adds ``cos/sin(f * inv_freq)`` computed directly
+    (< 2e-7 absolute in float32 for the position value as held; float64
+    positions are split before any rounding to float32).
 
 ``"float32"``
     The common recipe (Hugging Face LLaMA): ``inv_freq = 1 / base**(arange(0, d, 2) / d)``
     and ``angle = pos * inv_freq``, both in float32, then ``cos``/``sin`` in
     float32.  Reproduces that recipe bit-for-bit on torch; its error grows with
-    the position (about 6e-2 near 2**20, see the README's numerics table).
+    the position.
+
+Max |cos error| against the float64 truth (d=128, base 1e4, 4096 positions up
+to each mark, all 64 frequencies; ``benchmarks/angle_errors.py``; the exact
+column is the same on NumPy, torch, JAX with x64 off and array-api-strict's
+``no_float64`` device)::
+
+    position   float32 recipe   exact, float32   exact, float64
+    2**10      5.6e-05          3.0e-08          < 1e-16
+    2**17      7.7e-03          1.3e-07          1.1e-16
+    2**20      6.2e-02          1.3e-07          1.1e-16
+    2**24      9.5e-01          1.3e-07          1.5e-15
+    2**28      2 (wrong sign)   1.9e-07          1.4e-15
+    2**32      2                1.8e-07          1.6e-15
+    2**36 - 1  2                1.8e-07          2.2e-15
 """
 
 from __future__ import annotations

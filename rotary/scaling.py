@@ -405,7 +405,8 @@ def _sub_rope(rope: Any, scaling: Scaling) -> Any:
             scaling=scaling,
             angles=rope.angles,
         )
-        _SUB_ROPES[k] = sub
+        if len(_SUB_ROPES) < 256:
+            _SUB_ROPES[k] = sub
     return sub
 
 

@@ -116,7 +116,7 @@ def _idt(backend):
 def test_dynamic_ntk(backend):
     L, s = 16, 3.0
     rope = rotary.RoPE(D, scaling=sc.DynamicNTK(s, L))
-    for n in (5, 16, 17, 40):
+    for n in (16, 40):  # at the original length (default frequencies) and beyond it
         pos = np.arange(n)
         c, sn = rope.cos_sin(backend.asarray(pos, _idt(backend)))
         inv = ref_dynamic(n, s, L)
