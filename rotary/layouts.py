@@ -145,7 +145,9 @@ def convert_layout(
         query head count, for k the kv head count: ``head_dim`` is the same, so
         grouped-query attention needs nothing special.
     rotary_dim : int, optional
-        Rotated features per head (NeoX-style partial rotary), default ``head_dim``.
+        Rotated features per head for NeoX-style partial rotary, default
+        ``head_dim``.  Gemma-style ``partial="proportional"`` pairs span the
+        whole head: leave ``rotary_dim`` unset for those models.
 
     Returns
     -------

@@ -65,6 +65,16 @@ class _MultiAxisRoPE:
         """Shape of one coordinate of ``pos`` (what broadcasts against ``x.shape[:-1]``)."""
         raise NotImplementedError
 
+    def _rot_dtype(self, x: Array) -> Any:
+        """Dtype the rotation runs in: ``None`` for float32 or better (the default)."""
+        return None
+
+    def _cs_for(self, x: Array, c: Array, s: Array, xp: Namespace) -> tuple[Array, Array]:
+        rd = self._rot_dtype(x)
+        if rd is not None and c.dtype != rd:
+            c, s = xp.astype(c, rd), xp.astype(s, rd)
+        return c, s
+
     # -- public API ------------------------------------------------------------------
     def cos_sin(
         self,
@@ -80,6 +90,15 @@ class _MultiAxisRoPE:
         Shape ``coord_shape + (rotary_dim // 2,)`` (one value per pair), or with
         ``full=True`` ``coord_shape + (rotary_dim,)`` laid out for ``self.layout``.
         ``xp``/``device``/``dtype`` as in :meth:`rotary.RoPE.cos_sin`.
+
+        Examples
+        --------
+        >>> import rotary
+        >>> c, s = rotary.AxialRoPE(8, 2).cos_sin([[0, 0], [1, 2]])    # two (row, col) positions
+        >>> c.shape                                                    # 2 pairs per axis
+        (2, 4)
+        >>> [round(float(v), 4) for v in c[1]]      # theta (1, 0.01) per axis: row 1, col 2
+        [0.5403, 0.9999, -0.4161, 0.9998]
         """
         if xp is None:
             xp = array_namespace(pos)
@@ -96,15 +115,35 @@ class _MultiAxisRoPE:
         return c, s
 
     def rotate(self, x: Array, pos: Any) -> Array:
-        """Rotate ``x`` of shape ``(..., head_dim)`` at ``pos`` (coordinates broadcast to x.shape[:-1])."""
+        """Rotate ``x`` of shape ``(..., head_dim)`` at ``pos`` (coordinates broadcast to x.shape[:-1]).
+
+        Examples
+        --------
+        >>> import numpy as np, rotary
+        >>> x = np.ones((4, 8), dtype=np.float32)
+        >>> rotary.AxialRoPE(8, 2).rotate(x, [[0, 0]] * 4).tolist() == x.tolist()   # origin: identity
+        True
+        """
         xp = array_namespace(x, pos, names=("x", "pos"))
         self._check_x(x, xp, "x")
         pos = self._prepare(pos, x, xp, "pos", [("x", x)])
         c, s = self._pair_cos_sin(pos, xp, creation_device(x, xp), compute_dtype(xp, x.dtype))
+        c, s = self._cs_for(x, c, s, xp)
         return rotate_pairs(x, c, s, layout=self.layout, rotary_dim=self.rotary_dim, xp=xp)
 
     def apply(self, q: Array, k: Array, pos: Any, *, k_pos: Any = None) -> tuple[Array, Array]:
-        """Rotate queries and keys (``k_pos`` defaults to ``pos``); grouped-query heads allowed."""
+        """Rotate queries and keys (``k_pos`` defaults to ``pos``); grouped-query heads allowed.
+
+        Examples
+        --------
+        >>> import numpy as np, rotary
+        >>> q = np.ones((1, 4, 6, 16), dtype=np.float32)              # (batch, heads, seq, dim)
+        >>> k = np.ones((1, 2, 6, 16), dtype=np.float32)              # 2 kv heads
+        >>> pos = np.stack([np.arange(6)] * 3)[:, None, None, :]      # (3, 1, 1, seq): text tokens
+        >>> qr, kr = rotary.MRoPE(16, (2, 3, 3)).apply(q, k, pos)
+        >>> bool(np.allclose(qr, rotary.rotate(q, np.arange(6)), atol=1e-6))
+        True
+        """
         xp = array_namespace(q, k, pos, k_pos, names=("q", "k", "pos", "k_pos"))
         self._check_x(q, xp, "q")
         self._check_x(k, xp, "k")
@@ -121,6 +160,8 @@ class _MultiAxisRoPE:
         else:
             k_pos = self._prepare(k_pos, k, xp, "k_pos", arrays)
             ck, sk = self._pair_cos_sin(k_pos, xp, dev, cdt)
+        c, s = self._cs_for(q, c, s, xp)
+        ck, sk = self._cs_for(k, ck, sk, xp)
         kw = {"layout": self.layout, "rotary_dim": self.rotary_dim, "xp": xp}
         return rotate_pairs(q, c, s, **kw), rotate_pairs(k, ck, sk, **kw)
 
@@ -175,7 +216,9 @@ class AxialRoPE(_MultiAxisRoPE):
     rotary_dim : int, optional
         Rotate only the first ``rotary_dim`` features (NeoX-style); the rest pass through.
     angles : {"exact", "float32"}
-        Angle method, as in :class:`rotary.RoPE`.
+        Angle method, as in :class:`rotary.RoPE`.  The rotation itself always runs
+        in float32 or better (as HF's ``apply_rotary_pos_emb_vision`` does), so
+        ``"float32"`` matches Qwen2-VL's vision RoPE bit-for-bit in every dtype.
 
     Examples
     --------
@@ -311,8 +354,10 @@ class MRoPE(_MultiAxisRoPE):
         ``False``: consecutive sections (Qwen2-VL, Qwen2.5-VL).  ``True``: round-robin
         rows (Qwen3-VL ``mrope_interleaved``), see :func:`mrope_rows`.
     base, layout, rotary_dim, scaling, angles
-        As in :class:`rotary.RoPE` (HF Qwen-VL models use ``layout="half"``;
-        ``angles="float32"`` reproduces them bit-for-bit on torch).
+        As in :class:`rotary.RoPE` (HF Qwen-VL models use ``layout="half"``).
+        ``angles="float32"`` reproduces them bit-for-bit on torch, bfloat16 and
+        float16 included: float32 angles, cos/sin cast to the input dtype and the
+        rotation done in it, as HF does.  ``"exact"`` rotates in float32 or better.
 
     Notes
     -----
@@ -387,6 +432,10 @@ class MRoPE(_MultiAxisRoPE):
                 f"position_ids (3, batch, seq)), got shape {shape}"
             )
         return shape[1:]
+
+    def _rot_dtype(self, x: Array) -> Any:
+        # HF's Qwen-VL text models cast cos/sin to the input dtype and rotate in it.
+        return x.dtype if self._rope.angles == "float32" else None
 
     def _pair_cos_sin(self, pos: Array, xp: Namespace, dev: Any, dtype: Any) -> tuple[Array, Array]:
         c, s = self._rope._half_cos_sin(pos, xp, dev, dtype)  # (rows, ..., n)

@@ -80,6 +80,21 @@ def test_rotation_commutes_with_conversion(backend, rng, src, rotary_dim):
     np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
 
 
+def test_proportional_partial_converts_with_the_whole_head(rng):
+    """Gemma-style proportional RoPE pairs over the whole head: convert with rotary_dim=None."""
+    x = rng.normal(size=(4, 16)).astype(np.float32)
+    pos = np.array([0, 9, 300, 5000])
+    for src in ("half", "interleaved"):
+        dst = OTHER[src]
+        a = rotary.rotate(
+            rotary.convert_layout(x, src, dst), pos, layout=dst, rotary_dim=4, partial="proportional"
+        )
+        b = rotary.convert_layout(
+            rotary.rotate(x, pos, layout=src, rotary_dim=4, partial="proportional"), src, dst
+        )
+        np.testing.assert_array_equal(a, b)
+
+
 def _attention_scores(x, wq, bq, wk, bk, n_heads, n_kv, hd, pos, layout, xp):
     """Scores q k^T (per query head) of a tiny GQA attention with torch-style (out, in) weights."""
     s = x.shape[0]

@@ -69,7 +69,7 @@ def _int_dtype(backend):
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize(
     ("head_dim", "n_axes", "split", "rotary_dim"),
-    [(16, 2, None, None), (16, 2, (4, 12), None), (20, 3, None, None), (16, 2, None, 8)],
+    [(16, 2, None, None), (20, 3, None, None), (16, 2, (2, 6), 8)],
 )
 def test_axial_matches_reference(backend, rng, layout, head_dim, n_axes, split, rotary_dim):
     rope = rotary.AxialRoPE(head_dim, n_axes, split=split, layout=layout, rotary_dim=rotary_dim)
@@ -128,6 +128,11 @@ def test_axial_matches_hf_qwen2_vl_vision_rope(rng):
     q, k = fast.apply(x, x * 2, pp[:, None, :])
     torch.testing.assert_close(q, hq, rtol=0, atol=0)  # bit-for-bit
     torch.testing.assert_close(k, hk, rtol=0, atol=0)
+    xb = x.to(torch.bfloat16)  # HF rotates in float32 and casts back: so do we
+    hq16, _ = m2.apply_rotary_pos_emb_vision(xb, xb, cos, sin)
+    q16, _ = fast.apply(xb, xb, pp[:, None, :])
+    assert q16.dtype == torch.bfloat16
+    torch.testing.assert_close(q16, hq16, rtol=0, atol=0)
     exact, _ = rotary.AxialRoPE(16, 2).apply(x, x, pp[:, None, :])
     ref = pair_rotate_ref(x.numpy().astype(np.float64), axial_theta(pp.numpy()[:, None, :], (8, 8)), "half")
     assert_close(exact, ref, "float32")
@@ -207,6 +212,13 @@ def test_mrope_matches_hf(rng, model):
     fq, fk = rotary.MRoPE(16, sections, interleaved=interleaved, angles="float32").apply(q, k, pos)
     torch.testing.assert_close(fq, hq, rtol=0, atol=0)  # bit-for-bit
     torch.testing.assert_close(fk, hk, rtol=0, atol=0)
+    qb, kb = q.to(torch.bfloat16), k.to(torch.bfloat16)  # HF rotates in the input dtype
+    cos16, sin16 = emb(qb, pid)
+    hq16, hk16 = m.apply_rotary_pos_emb(qb, kb, cos16, sin16)
+    fq16, fk16 = rotary.MRoPE(16, sections, interleaved=interleaved, angles="float32").apply(qb, kb, pos)
+    assert fq16.dtype == torch.bfloat16
+    torch.testing.assert_close(fq16, hq16, rtol=0, atol=0)
+    torch.testing.assert_close(fk16, hk16, rtol=0, atol=0)
     eq, _ = rotary.MRoPE(16, sections, interleaved=interleaved).apply(q, k, pos)
     ref = pair_rotate_ref(
         q.numpy().astype(np.float64), mrope_theta(pos.numpy(), sections, interleaved, 16), "half"
