@@ -110,7 +110,8 @@ def attention(
     qc, kc, vc = (x if x.dtype == cdt else xp.astype(x, cdt) for x in (q, k, v))
     if pos is not None:
         rope = _rope_for(q, "q", base, layout, None, scaling, "exact")
-        qc, kc = rope.apply(qc, kc, pos, k_pos=k_pos)
+        # q and k rotated separately: their sequence lengths may differ (KV cache, cross-attention).
+        qc, kc = rope.rotate(qc, pos), rope.rotate(kc, pos if k_pos is None else k_pos)
     kt = xp.matrix_transpose(kc)
     if block_size is None:
         lead = 1

@@ -58,7 +58,15 @@ from typing import Any, NamedTuple
 from array_api_compat import is_array_api_obj
 
 from . import _checks, _dask
-from ._compat import Array, Namespace, array_namespace, compute_dtype, creation_device, is_dask_namespace
+from ._compat import (
+    Array,
+    Namespace,
+    array_namespace,
+    compute_dtype,
+    creation_device,
+    is_dask_namespace,
+    is_jax_namespace,
+)
 from .apply import _rope
 from .layouts import rotate_pairs
 from .rope import RoPE, as_positions
@@ -166,6 +174,15 @@ class _Plan(NamedTuple):
     eps: float
 
 
+class _UserMap(NamedTuple):
+    """A user callable ``phi(x)`` as ``phi(x, xp)``; equal when the callable is (jit cache key)."""
+
+    fn: Callable[[Array], Array]
+
+    def __call__(self, x: Array, xp: Namespace) -> Array:
+        return self.fn(x)
+
+
 def _resolve_phi(feature_map: Any, similarity: str) -> Callable[[Array, Namespace], Array]:
     if feature_map is None:
         feature_map = "identity" if similarity == "cosine" else "elu+1"
@@ -177,7 +194,7 @@ def _resolve_phi(feature_map: Any, similarity: str) -> Callable[[Array, Namespac
                 f"feature_map must be one of {sorted(FEATURE_MAPS)} or a callable, got {feature_map!r}"
             ) from None
     if callable(feature_map):
-        return lambda x, xp: feature_map(x)
+        return _UserMap(feature_map)
     raise TypeError(f"feature_map must be a name or a callable, got {type(feature_map).__name__}")
 
 
@@ -423,10 +440,8 @@ def linear_attention_state(
     )
     p = _positions(pos, k, xp, "pos", "k")
     mask = _key_mask(key_mask, k, xp)
-    b, e = _features(plan, k, _cos_sin(plan, p, xp), mask, xp)
-    S, z = _sums(plan, b, e, v, xp)
-    if tuple(z.shape[:-1]) != tuple(S.shape[:-2]):
-        z = xp.broadcast_to(z, (*S.shape[:-2], z.shape[-1]))
+    core = _jitted("state", _state_core, 2) if is_jax_namespace(xp) else _state_core
+    S, z = core(plan, xp, k, v, p, mask)
     return LinearAttentionState(S, z, k.shape[-2])
 
 
@@ -545,7 +560,8 @@ def linear_attention(
     if pos is None:
         kp = None
     elif k_pos is None:
-        kp = _positions(pos, k, xp, "pos", "k")
+        _checks.check_broadcast(tuple(qp.shape), tuple(k.shape[:-1]), "pos", "k")
+        kp = qp
     else:
         kp = _positions(k_pos, k, xp, "k_pos", "k")
     mask = _key_mask(key_mask, k, xp)
@@ -558,10 +574,10 @@ def linear_attention(
             S0, z0 = xp.astype(S0, plan.cdt), xp.astype(z0, plan.cdt)
     else:
         S0 = z0 = None
-    if causal:
-        out, S, z = _causal(plan, q, k, v, qp, kp, k_pos is None, mask, S0, z0, chunk_size, xp)
-    else:
-        out, S, z = _noncausal(plan, q, k, v, qp, kp, mask, S0, z0, xp)
+    C = max(1, min(q.shape[-2], 128 if chunk_size is None else chunk_size))
+    core = _jitted("core", _core, 5) if is_jax_namespace(xp) else _core
+    shared = kp is qp
+    out, S, z = core(plan, bool(causal), C, shared, xp, q, k, v, qp, None if shared else kp, mask, S0, z0)
     if out.dtype != q.dtype:
         out = xp.astype(out, q.dtype)
     if tuple(z.shape[:-1]) != kv_lead:  # k may have fewer leading axes than v
@@ -583,36 +599,164 @@ def _noncausal(plan, q, k, v, qp, kp, mask, S0, z0, xp):
     return _divide(plan, num, den, xp), S, z
 
 
-def _causal(plan, q, k, v, qp, kp, shared_pos, mask, S, z, chunk_size, xp):
+def _chunk(plan, q, k, v, qp, kp, mask, S, z, tri, xp):
+    """One causal chunk: masked quadratic form inside, running sums ``S``, ``z`` (or None) before."""
+    cq = _cos_sin(plan, qp, xp)
+    ck = cq if kp is qp else _cos_sin(plan, kp, xp)
+    a, c = _features(plan, q, cq, None, xp)
+    b, e = _features(plan, k, ck, mask, xp)
+    if v.dtype != plan.cdt:
+        v = xp.astype(v, plan.cdt)
+    scores = xp.matmul(a, xp.matrix_transpose(b))
+    scores = xp.where(tri, scores, xp.zeros_like(scores))
+    num = xp.matmul(scores, v)
+    zc = xp.cumulative_sum(e, axis=-2)  # inclusive prefix sums of the denominator features
+    if S is not None:
+        num = num + xp.matmul(a, S)
+        zc = zc + z[..., None, :]
+    den = xp.sum(c * zc, axis=-1)
+    dS = xp.matmul(xp.matrix_transpose(b), v)
+    return _divide(plan, num, den, xp), (dS if S is None else S + dS), zc[..., -1, :]
+
+
+def _tri(C: int, plan: _Plan, xp: Namespace) -> Array:
+    idx = xp.arange(C, device=plan.dev)
+    return idx[:, None] >= idx[None, :]  # (C, C) causal mask inside a chunk
+
+
+def _causal(plan, q, k, v, qp, kp, mask, S, z, C, xp):
+    """Chunked causal linear attention: a Python loop over chunks of ``C`` tokens."""
     n = q.shape[-2]
     if n == 0:  # no tokens: the non-causal path returns the empty output and unchanged sums
         return _noncausal(plan, q, k, v, qp, kp, mask, S, z, xp)
-    C = max(1, min(n, 128 if chunk_size is None else chunk_size))
-    idx = xp.arange(C, device=plan.dev)
-    tri = idx[:, None] >= idx[None, :]  # (C, C) causal mask inside a chunk
+    tri = _tri(C, plan, xp)
     outs = []
     for s in range(0, n, C):
-        e_ = min(s + C, n)
-        L = e_ - s
-        t = tri if L == C else tri[:L, :L]
-        cq = _cos_sin(plan, _seq_slice(qp, s, e_), xp)
-        ck = cq if shared_pos else _cos_sin(plan, _seq_slice(kp, s, e_), xp)
-        a, c = _features(plan, q[..., s:e_, :], cq, None, xp)
-        b, e = _features(plan, k[..., s:e_, :], ck, _seq_slice(mask, s, e_), xp)
-        vc = v[..., s:e_, :]
-        if vc.dtype != plan.cdt:
-            vc = xp.astype(vc, plan.cdt)
-        scores = xp.matmul(a, xp.matrix_transpose(b))
-        scores = xp.where(t, scores, xp.zeros_like(scores))
-        num = xp.matmul(scores, vc)
-        zc = xp.cumulative_sum(e, axis=-2)  # inclusive prefix sums of denominator features
-        if S is not None:
-            num = num + xp.matmul(a, S)
-            zc = zc + z[..., None, :]
-        den = xp.sum(c * zc, axis=-1)
-        outs.append(_divide(plan, num, den, xp))
-        dS = xp.matmul(xp.matrix_transpose(b), vc)
-        S = dS if S is None else S + dS
-        z = zc[..., -1, :]
+        e = min(s + C, n)
+        t = tri if e - s == C else tri[: e - s, : e - s]
+        qs = _seq_slice(qp, s, e)
+        ks = qs if kp is qp else _seq_slice(kp, s, e)
+        o, S, z = _chunk(
+            plan, q[..., s:e, :], k[..., s:e, :], v[..., s:e, :], qs, ks, _seq_slice(mask, s, e), S, z, t, xp
+        )
+        outs.append(o)
     out = outs[0] if len(outs) == 1 else xp.concat(outs, axis=-2)
     return out, S, z
+
+
+# -- JAX: one jitted computation, lax.scan over chunks ---------------------------------
+def _split_chunks(x, n_chunks, C, seq_axis_from_end):
+    """``(..., n_chunks*C, *tail)`` -> ``(n_chunks, ..., C, *tail)`` (None and broadcast axes kept)."""
+    import jax.numpy as jnp
+
+    if x is None:
+        return None
+    ax = x.ndim - seq_axis_from_end
+    if x.ndim < seq_axis_from_end or x.shape[ax] == 1:
+        return None  # broadcast along the sequence: not scanned
+    y = jnp.reshape(x, (*x.shape[:ax], n_chunks, C, *x.shape[ax + 1 :]))
+    return jnp.moveaxis(y, ax, 0)
+
+
+def _causal_jax(plan, q, k, v, qp, kp, mask, S, z, C, xp):
+    import jax
+    import jax.numpy as jnp
+
+    n = q.shape[-2]
+    n_full = n // C
+    if n_full < 3:
+        return _causal(plan, q, k, v, qp, kp, mask, S, z, C, xp)
+    tri = _tri(C, plan, xp)
+    same = kp is qp
+    # The first chunk outside the scan (it starts the running sums), then a scan over the
+    # remaining full chunks, then the ragged tail.
+    o0, S, z = _chunk(
+        plan,
+        q[..., :C, :],
+        k[..., :C, :],
+        v[..., :C, :],
+        _seq_slice(qp, 0, C),
+        _seq_slice(qp if same else kp, 0, C),
+        _seq_slice(mask, 0, C),
+        S,
+        z,
+        tri,
+        xp,
+    )
+    end = n_full * C
+    sl = slice(C, end)
+    m = n_full - 1
+    xs = (
+        _split_chunks(q[..., sl, :], m, C, 2),
+        _split_chunks(k[..., sl, :], m, C, 2),
+        _split_chunks(v[..., sl, :], m, C, 2),
+        _split_chunks(_seq_slice(qp, C, end), m, C, 1),
+        None if same else _split_chunks(_seq_slice(kp, C, end), m, C, 1),
+        _split_chunks(_seq_slice(mask, C, end), m, C, 1),
+    )
+
+    def body(carry, x):
+        Sc, zc = carry
+        qc, kc, vc, pc, kpc, mc = x
+        pc = qp if pc is None else pc
+        kpc = pc if same else (kp if kpc is None else kpc)
+        mc = mask if mc is None else mc
+        o, Sc, zc = _chunk(plan, qc, kc, vc, pc, kpc, mc, Sc, zc, tri, xp)
+        return (Sc, zc), o
+
+    (S, z), outs = jax.lax.scan(body, (S, z), xs)
+    outs = jnp.moveaxis(outs, 0, -3)
+    outs = jnp.reshape(outs, (*outs.shape[:-3], m * C, outs.shape[-1]))
+    parts = [jnp.broadcast_to(o0, (*outs.shape[:-2], *o0.shape[-2:])), outs]
+    if end < n:
+        ot, S, z = _causal(
+            plan,
+            q[..., end:, :],
+            k[..., end:, :],
+            v[..., end:, :],
+            _seq_slice(qp, end, n),
+            _seq_slice(qp if same else kp, end, n),
+            _seq_slice(mask, end, n),
+            S,
+            z,
+            C,
+            xp,
+        )
+        parts.append(ot)
+    return jnp.concatenate(parts, axis=-2), S, z
+
+
+def _core(plan, causal, C, shared, xp, q, k, v, qp, kp, mask, S, z):
+    if shared:  # keys at the query positions: one cos/sin per chunk
+        kp = qp
+    if not causal:
+        return _noncausal(plan, q, k, v, qp, kp, mask, S, z, xp)
+    if is_jax_namespace(xp):
+        return _causal_jax(plan, q, k, v, qp, kp, mask, S, z, C, xp)
+    return _causal(plan, q, k, v, qp, kp, mask, S, z, C, xp)
+
+
+def _state_core(plan, xp, k, v, kp, mask):
+    b, e = _features(plan, k, _cos_sin(plan, kp, xp), mask, xp)
+    S, z = _sums(plan, b, e, v, xp)
+    if tuple(z.shape[:-1]) != tuple(S.shape[:-2]):
+        z = xp.broadcast_to(z, (*S.shape[:-2], z.shape[-1]))
+    return S, z
+
+
+_JITTED: dict[str, Callable] = {}
+
+
+def _jitted(name: str, fn: Callable, n_static: int) -> Callable:
+    """``fn`` under ``jax.jit`` with its first ``n_static`` arguments static, built on first use.
+
+    One compiled computation per configuration and shape instead of one per array operation
+    (eager JAX compiles every operation separately).
+    """
+    f = _JITTED.get(name)
+    if f is None:
+        import jax  # the caller holds JAX arrays
+
+        f = jax.jit(fn, static_argnums=tuple(range(n_static)))
+        _JITTED[name] = f
+    return f
