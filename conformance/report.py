@@ -10,6 +10,7 @@ import os
 import platform
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -75,22 +76,36 @@ def run(names: str | None = None, progress: Any = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     bks = backends(names)
     cells: list[Cell] = []
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
     for b in bks:
         t = time.perf_counter()
-        if b.module == "dask":
-            import dask
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if b.module == "dask":
+                import dask
 
-            with dask.config.set(scheduler="synchronous"):  # tiny arrays: threads only add overhead
+                with dask.config.set(scheduler="synchronous"):  # tiny arrays: threads only add overhead
+                    got = run_backend(b)
+            else:
                 got = run_backend(b)
-        else:
-            got = run_backend(b)
+        for w in caught:  # reported once each, not printed as they happen
+            where = f"{Path(w.filename).name}:{w.lineno}"
+            msg = str(w.message).splitlines()[0][:200]
+            entry = seen.setdefault(
+                (where, msg),
+                {"category": w.category.__name__, "where": where, "message": msg, "backends": []},
+            )
+            if b.name not in entry["backends"]:
+                entry["backends"].append(b.name)
         cells += got
         if progress:
             bad = sum(c.status == "fail" for c in got)
             progress(f"  {b.name:<28} {len(got):3d} cells, {bad} failed  ({time.perf_counter() - t:.1f} s)")
     invariants = run_invariants()
-    missing = sorted({m for c in cells for m in c.missing}) if cells else sorted(
-        s.name for col in COLUMNS for s in col.subs if not sub_available(s)
+    missing = (
+        sorted({m for c in cells for m in c.missing})
+        if cells
+        else sorted(s.name for col in COLUMNS for s in col.subs if not sub_available(s))
     )
     failed = [c for c in cells if c.status == "fail"] + [i for i in invariants if i["passed"] is False]
     return {
@@ -99,11 +114,14 @@ def run(names: str | None = None, progress: Any = None) -> dict[str, Any]:
         "seconds": round(time.perf_counter() - t0, 2),
         "environment": environment(bks),
         "backends": [b.name for b in bks],
-        "columns": [{"key": c.key, "label": c.label, "description": c.description,
-                     "checks": [s.name for s in c.subs]} for c in COLUMNS],
+        "columns": [
+            {"key": c.key, "label": c.label, "description": c.description, "checks": [s.name for s in c.subs]}
+            for c in COLUMNS
+        ],
         "not_available": missing,
         "cells": [c.to_dict() for c in cells],
         "invariants": invariants,
+        "warnings": list(seen.values()),
         "n_failed": len(failed),
     }
 
@@ -135,7 +153,8 @@ def format_report(rep: dict[str, Any]) -> str:
         "  devices: " + ", ".join(f"{k}: {d}" for k, d in env["devices"].items()),
         "",
         "max error in ulps of the dtype (|out - ref| / (eps(dtype) * max(1, |ref|)), eps = spacing at 1.0;",
-        "ref = NumPy float64 on the same rounded inputs, or the float64 matrix form); X = failed, n/a = not in rotary",
+        "ref = NumPy float64 on the same rounded inputs, or the float64 matrix form);",
+        "X = failed, n/a = not in this rotary",
         "",
     ]
     cols = COLUMNS
@@ -150,12 +169,19 @@ def format_report(rep: dict[str, Any]) -> str:
     for c in cols:
         lines.append(f"  {c.label:<9} {c.description}")
     if rep["not_available"]:
-        lines += ["", "not available in this rotary (reported, not failed): " + ", ".join(rep["not_available"])]
+        lines += [
+            "",
+            "not available in this rotary (reported, not failed): " + ", ".join(rep["not_available"]),
+        ]
     fails = [c for c in rep["cells"] if c["status"] == "fail"]
     if fails:
         lines += ["", f"FAILURES ({len(fails)}):"]
         for c in fails:
             lines.append(f"  {c['backend']}/{c['dtype']} {c['column']}: {c['message']}")
+    if rep.get("warnings"):
+        lines += ["", "warnings raised during the run (once each):"]
+        for w in rep["warnings"]:
+            lines.append(f"  {w['category']} at {w['where']} ({', '.join(w['backends'])}): {w['message']}")
     lines += ["", "backend-independent checks:"]
     for inv in rep["invariants"]:
         st = {True: "ok  ", False: "FAIL", None: "n/a "}[inv["passed"]]
@@ -164,8 +190,11 @@ def format_report(rep: dict[str, Any]) -> str:
     npass = sum(c["status"] == "pass" for c in rep["cells"])
     nna = sum(c["status"] == "n/a" for c in rep["cells"])
     verdict = "PASSED" if rep["passed"] else f"FAILED ({rep['n_failed']} failures)"
-    lines += ["", f"{len(rep['backends'])} backends, {n} cells: {npass} passed, {n - npass - nna} failed, "
-              f"{nna} not available.  {verdict}"]
+    lines += [
+        "",
+        f"{len(rep['backends'])} backends, {n} cells: {npass} passed, {n - npass - nna} failed, "
+        f"{nna} not available.  {verdict}",
+    ]
     return "\n".join(lines)
 
 
@@ -200,8 +229,10 @@ def write_heatmap(rep: dict[str, Any], path: Path) -> str | None:
             ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7)
     ax.set_xticks(range(len(cols)), [c.label for c in cols], rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(len(rows)), [r for r, _ in rows], fontsize=8)
-    ax.set_title("rotary conformance: max error in ulps of the dtype\n(colour: error / tolerance; >1 fails)",
-                 fontsize=9)
+    ax.set_title(
+        "rotary conformance: max error in ulps of the dtype\n(colour: error / tolerance; >1 fails)",
+        fontsize=9,
+    )
     fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02, label="error / tolerance")
     fig.tight_layout()
     fig.savefig(path)
@@ -218,8 +249,11 @@ def main(argv: list[str] | None = None) -> int:
         "dtype against NumPy float64, check_rope's properties, and the golden vectors.",
     )
     ap.add_argument("--out", default="conformance-report", help="output folder (default: %(default)s)")
-    ap.add_argument("--backends", default=None,
-                    help="comma-separated backend names (default: $ROTARY_BACKENDS or every installed one)")
+    ap.add_argument(
+        "--backends",
+        default=None,
+        help="comma-separated backend names (default: $ROTARY_BACKENDS or every installed one)",
+    )
     ap.add_argument("--quiet", action="store_true", help="print only the verdict")
     args = ap.parse_args(argv)
 

@@ -81,8 +81,14 @@ def verify() -> list[dict[str, Any]]:
     stored_names = [e["name"] for e in index["cases"]]
     for name in CASES:
         if name not in stored_names:
-            results.append({"name": name, "passed": False, "max_ulps": float("inf"),
-                            "message": "missing from index.json: run conformance/vectors/generate.py"})
+            results.append(
+                {
+                    "name": name,
+                    "passed": False,
+                    "max_ulps": float("inf"),
+                    "message": "missing from index.json: run conformance/vectors/generate.py",
+                }
+            )
     for entry in index["cases"]:
         path = HERE / entry["file"]
         msgs = []
@@ -91,8 +97,9 @@ def verify() -> list[dict[str, Any]]:
         spec = CASES.get(entry["name"])
         if spec is None:
             msgs.append("not a case of conformance.vectors.CASES")
-            results.append({"name": entry["name"], "passed": False, "max_ulps": float("inf"),
-                            "message": "; ".join(msgs)})
+            results.append(
+                {"name": entry["name"], "passed": False, "max_ulps": float("inf"), "message": "; ".join(msgs)}
+            )
             continue
         with np.load(path) as f:
             stored = {k: f[k] for k in f.files}
@@ -107,6 +114,7 @@ def verify() -> list[dict[str, Any]]:
             worst = max(worst, float(e.max()) if e.size else 0.0)
         if worst > 1.0:
             msgs.append(f"stored arrays differ from a fresh float64 computation by {worst:.3g} ulps")
-        results.append({"name": entry["name"], "passed": not msgs, "max_ulps": worst,
-                        "message": "; ".join(msgs)})
+        results.append(
+            {"name": entry["name"], "passed": not msgs, "max_ulps": worst, "message": "; ".join(msgs)}
+        )
     return results

@@ -19,7 +19,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from conformance.vectors import CASES, FORMAT_VERSION, HERE, INDEX, compute, sha256  # noqa: E402
+from conformance.vectors import CASES, FORMAT_VERSION, HERE, INDEX, compute, sha256
 
 
 def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:

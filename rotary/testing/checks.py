@@ -30,8 +30,9 @@ Examples
 >>> bad = check_rope(lambda x, pos: rotary.rotate(x, pos), layout="interleaved")
 >>> bad.failed
 ['matrix_form', 'long_positions', 'layout']
->>> print(bad["layout"].message)  # doctest: +ELLIPSIS
-pairs features like the 'half' layout (feature 0 pairs with 32, ...), but was checked as layout='interleaved'...
+>>> print(bad["layout"].message)  # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
+pairs features like the 'half' layout (feature 0 pairs with 32, ...),
+but was checked as layout='interleaved'...
 """
 
 from __future__ import annotations
@@ -148,8 +149,11 @@ class RopeReport:
         return f"<RopeReport {cfg}: {n - len(self.failed)}/{n} properties hold; {status}>"
 
     def __str__(self) -> str:
-        cfg = ", ".join(f"{k}={v}" for k, v in self.config.items())
-        lines = [f"check_rope({cfg})", f"  {'property':<18} {'status':<6} {'error':>9} {'tol':>9} {'ulps':>9}"]
+        cfg = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.config.items())
+        lines = [
+            f"check_rope({cfg})",
+            f"  {'property':<18} {'status':<6} {'error':>9} {'tol':>9} {'ulps':>9}",
+        ]
         for r in self.results:
             st = "ok" if r.passed else "FAIL"
             lines.append(f"  {r.name:<18} {st:<6} {r.error:9.2e} {r.tol:9.2e} {r.ulps:9.3g}")
@@ -278,7 +282,10 @@ def _diagnose(ctx: _Ctx, xh: np.ndarray, out: np.ndarray, scale: float) -> str:
         t1 = float(np.median(ang))
         if 0 < t1 < 1:
             est = t1 ** (-ctx.d / 2)
-            return f"; the angle of pair 1 at position 1 is {t1:.6g} (expected {ctx.th[1]:.6g}), i.e. base ~ {est:.4g}"
+            return (
+                f"; the angle of pair 1 at position 1 is {t1:.6g} (expected {ctx.th[1]:.6g}), "
+                f"i.e. base ~ {est:.4g}"
+            )
     return ""
 
 
@@ -324,7 +331,9 @@ def _p_shift_invariance(ctx: _Ctx) -> PropertyResult:
         ss = np.einsum("hid,hjd->hij", ctx.rot(q, p0 + s)[0], ctx.rot(k, p0 + s)[0])
         errs.append(np.abs(ss - s0) / norms)
         tols.append(
-            np.broadcast_to(2 * ctx.base_tol + ctx.allowance(2 * (s + p0[:, None] + p0[None, :])), norms.shape)
+            np.broadcast_to(
+                2 * ctx.base_tol + ctx.allowance(2 * (s + p0[:, None] + p0[None, :])), norms.shape
+            )
         )
     res = _measure("shift_invariance", ctx, np.stack(errs), np.stack(tols))
     if not res.passed:
@@ -421,8 +430,10 @@ def _p_device(ctx: _Ctx) -> PropertyResult:
     out = ctx.fn(x, ctx.positions(np.arange(_SEQ)))
     msgs = []
     if type(out) is not type(x):
-        msgs.append(f"returned a {type(out).__module__}.{type(out).__name__} for a {type(x).__module__}."
-                    f"{type(x).__name__} input")
+        msgs.append(
+            f"returned a {type(out).__module__}.{type(out).__name__} for a {type(x).__module__}."
+            f"{type(x).__name__} input"
+        )
     else:
         dx, do = dev_of(x), dev_of(out)
         if str(do) != str(dx):
@@ -598,6 +609,7 @@ def check_rope(
             results.append(PropertyResult(name, False, math.inf, ctx.base_tol, math.inf, str(e)))
         except Exception as e:  # the implementation under test raised: that is a failure
             where = traceback.extract_tb(e.__traceback__)[-1]
-            msg = f"rotate_fn raised {type(e).__name__}: {e} ({where.filename.rsplit('/', 1)[-1]}:{where.lineno})"
+            loc = f"{where.filename.rsplit('/', 1)[-1]}:{where.lineno}"
+            msg = f"rotate_fn raised {type(e).__name__}: {e} ({loc})"
             results.append(PropertyResult(name, False, math.inf, ctx.base_tol, math.inf, msg))
     return RopeReport(config, results)

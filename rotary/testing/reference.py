@@ -151,12 +151,18 @@ def rotate(
     d = x.shape[-1]
     p = np.broadcast_to(np.asarray(pos, dtype=np.float64), x.shape[:-1])
     uniq, inv = np.unique(p.reshape(-1), return_inverse=True)
-    mats = np.stack(
-        [
-            rotation_matrix(float(u), d, layout=layout, base=base, rotary_dim=rotary_dim, th=th, scale=scale)
-            for u in uniq
-        ]
-    ) if uniq.size else np.empty((0, d, d))
+    mats = (
+        np.stack(
+            [
+                rotation_matrix(
+                    float(u), d, layout=layout, base=base, rotary_dim=rotary_dim, th=th, scale=scale
+                )
+                for u in uniq
+            ]
+        )
+        if uniq.size
+        else np.empty((0, d, d))
+    )
     flat = x.reshape(-1, d)
     out = np.einsum("nij,nj->ni", mats[inv.reshape(-1)], flat)
     return out.reshape(x.shape)
