@@ -10,7 +10,7 @@ on NumPy, CuPy, PyTorch, JAX, Dask and array-api-strict arrays.
 
 from __future__ import annotations
 
-from . import angles, hf, layouts, multiaxis, scaling
+from . import angles, distributed, hf, layouts, multiaxis, scaling
 from .angles import inv_freq
 from .apply import apply, rotate
 from .attention import attention
@@ -43,6 +43,7 @@ __all__ = [
     "combine",
     "convert_layout",
     "decay_bound",
+    "distributed",
     "hf",
     "inv_freq",
     "layouts",

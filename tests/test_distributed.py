@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import assert_close, eps
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from reference import rotate_ref
 
 import rotary
@@ -179,6 +181,28 @@ def test_dask_causal_is_a_scan_over_block_states(rng):
         got = out.compute(scheduler="sync")
     assert max(sizes) <= q.size // 4, "some task materialised more than one block of the sequence"
     assert_close(got, linear_attention_ref(q, k, v, np.arange(64), causal=True), "float64", factor=64)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    cuts=st.lists(st.integers(1, 7), min_size=1, max_size=5),
+    batch_chunk=st.sampled_from([1, 2]),
+    causal=st.booleans(),
+    layout=st.sampled_from(["half", "interleaved"]),
+    seed=st.integers(0, 2**16),
+)
+def test_dask_linear_attention_any_chunking(cuts, batch_chunk, causal, layout, seed):
+    """Whatever the blocks along batch and sequence, Dask gives the one-block answer."""
+    da = pytest.importorskip("dask.array")
+    n = sum(cuts)
+    rng = np.random.default_rng(seed)
+    q, k, v = _qkv(rng, shape=(2, n, 4), dv=3)
+    pos = rng.integers(0, 1000, size=n)
+    dq, dk, dv = (da.from_array(a, chunks=(batch_chunk, tuple(cuts), a.shape[-1])) for a in (q, k, v))
+    out = rotary.linear_attention(dq, dk, dv, da.from_array(pos, chunks=3), causal=causal, layout=layout)
+    assert out.chunks[:-1] == dq.chunks[:-1]
+    ref = linear_attention_ref(q, k, v, pos, causal=causal, layout=layout)
+    assert_close(out, ref, "float64", factor=64)
 
 
 @pytest.mark.parametrize("scan", ["sequential", "blelloch"])
