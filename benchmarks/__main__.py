@@ -30,6 +30,24 @@ def _linattn(quick: bool, reps: int) -> list:
     return list(mod.run(quick=True))
 
 
+def _set_threads(n: int) -> None:
+    """Pin intra-op threads of torch and XLA (must run before JAX is imported)."""
+    if n <= 0:
+        return
+    import os
+
+    os.environ.setdefault("OMP_NUM_THREADS", str(n))
+    if n == 1:
+        flags = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false").strip()
+    try:
+        import torch
+
+        torch.set_num_threads(n)
+    except ImportError:
+        pass
+
+
 def _fmt(v: object, spec: str) -> str:
     return "" if v is None else format(v, spec)
 
@@ -56,7 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     p.add_argument("--only", nargs="+", choices=SECTIONS, help="run only these sections")
     p.add_argument("--reps", type=int, help="interleaved repetitions (default 5 quick, 15 full)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="intra-op threads for torch and XLA (default 1: the shared 2-core machine is "
+        "oversubscribed and multi-threaded kernels stall unpredictably; 0 keeps library defaults)",
+    )
     args = p.parse_args(argv)
+    _set_threads(args.threads)
     from . import rope as rb
 
     reps = args.reps or (5 if args.quick else 15)
@@ -82,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             "python": platform.python_version(),
             "quick": args.quick,
             "reps": reps,
+            "threads": args.threads,
         }
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)

@@ -142,18 +142,42 @@ def backend_tables(w: np.ndarray, *, xp: Namespace, device: Any, dtype: Any) -> 
 
 
 def exact_cos_sin(
-    pos: Array, tables: Array, w: np.ndarray, *, xp: Namespace, dtype: Any
+    pos: Array,
+    tables: Array,
+    w: np.ndarray,
+    *,
+    xp: Namespace,
+    dtype: Any,
+    levels: int | None = None,
+    nonneg: bool = False,
 ) -> tuple[Array, Array]:
-    """Exact-method cos/sin; ``w`` is the inverse-frequency array of ``xp`` in ``dtype``."""
+    """Exact-method cos/sin; ``w`` is the inverse-frequency array of ``xp`` in ``dtype``.
+
+    ``levels`` (default: from the position dtype, :func:`levels_for`) and ``nonneg`` are
+    static hints from a caller that has checked concrete positions: every ``|pos|`` is below
+    ``4096**levels``, and every position is ``>= 0``.  Skipped levels have digit 0 (table
+    entry exactly ``(1, 0)``) and a skipped sign is ``+1``, so the hints change no bit of the
+    result, only the work.
+    """
     n = w.shape[0]
     shape = tuple(pos.shape)
     flat = xp.reshape(pos, (-1,))
-    sign = 1.0 - 2.0 * xp.astype(flat < 0, dtype)
     is_float = is_real_floating(xp, flat.dtype)
-    levels = levels_for(flat.dtype, xp)
+    if levels is None:
+        levels = levels_for(flat.dtype, xp)
+    levels = max(1, min(int(levels), LEVELS))
+    if not is_float:
+        flat = _int32_at_least(flat, xp)
+        ops = _eager_take_ops(flat, tables)
+        if ops is not None:
+            cs = _exact_int_blocked(xp.abs(flat) if not nonneg else flat, tables, levels, n, ops)
+            c, s = cs[:, 0, :], cs[:, 1, :]
+            if not nonneg:
+                s = s * (1.0 - 2.0 * xp.astype(flat < 0, dtype))[:, None]
+            return xp.reshape(c, (*shape, n)), xp.reshape(s, (*shape, n))
     if is_float:
         flat = xp.astype(flat, dtype) if flat.dtype != dtype else flat
-        mag = xp.abs(flat)
+        mag = xp.abs(flat) if not nonneg else flat
         whole = xp.floor(mag)
         frac = mag - whole
         rest = whole
@@ -162,16 +186,19 @@ def exact_cos_sin(
             digits.append(xp.astype(rest % _RADIX, xp.int32))
             rest = xp.floor(rest / _RADIX)
     else:
-        rest = xp.abs(flat)
+        rest = xp.abs(flat) if not nonneg else flat
         digits = []
         for _ in range(levels):
-            digits.append(rest % _RADIX)
-            rest = rest // _RADIX
+            # non-negative integers: & and >> are % and // without the division
+            digits.append(rest & (_RADIX - 1))
+            rest = rest >> DIGIT_BITS
         frac = None
 
     c = s = None
     for level, d in enumerate(digits):
-        t = xp.take(tables[level, ...], d, axis=0)  # (P, 2, n)
+        # gather rows of the (4096, 2 n) view: one contiguous row per position (a 3-d take is
+        # up to 1000x slower on torch CPU)
+        t = xp.reshape(xp.take(xp.reshape(tables[level, ...], (_RADIX, 2 * n)), d, axis=0), (-1, 2, n))
         tc, ts = t[:, 0, :], t[:, 1, :]
         if c is None:
             c, s = tc, ts
@@ -181,8 +208,90 @@ def exact_cos_sin(
         ang = frac[:, None] * w
         fc, fs = xp.cos(ang), xp.sin(ang)
         c, s = c * fc - s * fs, s * fc + c * fs
-    s = s * sign[:, None]
+    if not nonneg:
+        sign = 1.0 - 2.0 * xp.astype(xp.reshape(pos, (-1,)) < 0, dtype)
+        s = s * sign[:, None]
     return xp.reshape(c, (*shape, n)), xp.reshape(s, (*shape, n))
+
+
+def _int32_at_least(flat: Array, xp: Namespace) -> Array:
+    """Small integer dtypes cannot hold the radix: widen them (exact)."""
+    try:
+        bits = xp.iinfo(flat.dtype).bits
+    except Exception:
+        return flat
+    return xp.astype(flat, xp.int32) if bits < 32 else flat
+
+
+# -- eager fast path -------------------------------------------------------------------------------
+# For concrete integer positions on NumPy (and torch outside torch.compile) the digit gathers and
+# the angle-addition products run block by block into preallocated buffers (``out=``), so the
+# intermediates stay in cache and the output is written once.  Same operations in the same order
+# as the generic loop above: bit-identical results.  Measured: about 3x faster than the generic
+# loop for 128k positions on NumPy (see ``benchmarks/``, section "table 128k").
+_BLOCK_BYTES = 1 << 18
+
+
+def _eager_take_ops(flat: Array, tables: Array) -> tuple | None:
+    mod = type(flat).__module__
+    if mod == "numpy" and type(flat).__name__ == "ndarray" and type(tables).__name__ == "ndarray":
+
+        def take_into(table: Array, idx: Array, out: Array) -> None:
+            np.take(table, idx, axis=0, out=out)
+
+        return (np.empty, take_into, np.multiply, np.subtract, np.add, {"dtype": tables.dtype})
+    if mod == "torch" and type(flat).__name__ == "Tensor" and type(tables).__name__ == "Tensor":
+        import torch
+
+        if torch.compiler.is_compiling():
+            return None
+        f = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+        if f is not None and f(flat):
+            return None
+
+        def take_into(table: Array, idx: Array, out: Array) -> None:
+            # 2-d rows: torch's index_select is orders of magnitude slower on 3-d tables
+            torch.index_select(table.reshape(table.shape[0], -1), 0, idx, out=out.view(out.shape[0], -1))
+
+        kw = {"dtype": tables.dtype, "device": tables.device}
+        return (torch.empty, take_into, torch.mul, torch.sub, torch.add, kw)
+    return None
+
+
+def _exact_int_blocked(a: Array, tables: Array, levels: int, n: int, ops: tuple) -> Array:
+    """cos/sin of non-negative integer positions ``a`` (1-D), shape ``(P, 2, n)``."""
+    empty, take_into, mul, sub, add, kw = ops
+    p = a.shape[0]
+    cs = empty((p, 2, n), **kw)
+    if p == 0:
+        return cs
+    step = max(1, min(p, _BLOCK_BYTES // (2 * n * tables.itemsize)))
+    buf_a, buf_b, buf_c = (empty((step, 2, n), **kw) for _ in range(3))
+    tmp = empty((step, n), **kw)
+    mask = _RADIX - 1
+    for i in range(0, p, step):
+        j = min(i + step, p)
+        m = j - i
+        rest = a[i:j]
+        dst = cs[i:j]
+        if levels == 1:
+            take_into(tables[0], rest & mask, dst)
+            continue
+        acc, nxt, t = buf_a[:m], buf_c[:m], tmp[:m]
+        take_into(tables[0], rest & mask, acc)
+        for level in range(1, levels):
+            rest = rest >> DIGIT_BITS
+            tb = buf_b[:m]
+            take_into(tables[level], rest & mask, tb)
+            d = dst if level == levels - 1 else nxt
+            mul(acc[:, 0], tb[:, 0], out=d[:, 0])
+            mul(acc[:, 1], tb[:, 1], out=t)
+            sub(d[:, 0], t, out=d[:, 0])  # c * tc - s * ts
+            mul(acc[:, 1], tb[:, 0], out=d[:, 1])
+            mul(acc[:, 0], tb[:, 1], out=t)
+            add(d[:, 1], t, out=d[:, 1])  # s * tc + c * ts
+            acc, nxt = d, acc
+    return cs
 
 
 def float32_recipe(pos: Array, inv32: Array, *, xp: Namespace) -> tuple[Array, Array]:
