@@ -188,7 +188,9 @@ def _prefill_backend(backend: str, qn: Any, kn: Any, posn: Any, reps: int) -> li
     rows = _rows("prefill", backend, times, base)
     for layout in ("half", "interleaved"):
         rows.append(
-            _extra_row("prefill", backend, f"rotary {layout} vs copy", times, f"rotary {layout}", "copy q,k (floor)")
+            _extra_row(
+                "prefill", backend, f"rotary {layout} vs copy", times, f"rotary {layout}", "copy q,k (floor)"
+            )
         )
     return rows
 

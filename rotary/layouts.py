@@ -48,7 +48,9 @@ def rotate_pairs(x: Array, cos: Array, sin: Array, *, layout: str, rotary_dim: i
     return out
 
 
-def _rotate_functional(x: Array, cos: Array, sin: Array, layout: str, rotary_dim: int, xp: Namespace) -> Array:
+def _rotate_functional(
+    x: Array, cos: Array, sin: Array, layout: str, rotary_dim: int, xp: Namespace
+) -> Array:
     """The array-API formula (every backend; what jit/compile trace and fuse)."""
     d = x.shape[-1]
     h = rotary_dim // 2
@@ -114,9 +116,7 @@ def _blocks(lead: tuple, row_bytes: int) -> list:
         sizes.append(inner)
         inner *= n
     sizes.reverse()  # sizes[a]: bytes of one index of axis a
-    for a, per in enumerate(sizes):
-        if per <= _BLOCK_BYTES:
-            break
+    a = next((i for i, per in enumerate(sizes) if per <= _BLOCK_BYTES), len(sizes) - 1)
     step = max(1, _BLOCK_BYTES // sizes[a])
     out = []
     for head in _ndindex(lead[:a]):
@@ -209,7 +209,7 @@ _SIGN_HALF = _sign((2, 1))
 _SIGN_INTERLEAVED = _sign((1, 2))
 
 
-def _rotate_block(x1, x2, c, s, o1, o2, t, mul, sub, add) -> None:  # noqa: ANN001
+def _rotate_block(x1, x2, c, s, o1, o2, t, mul, sub, add) -> None:
     mul(x1, c, out=o1)
     mul(x2, s, out=t)
     sub(o1, t, out=o1)  # x1 * c - x2 * s

@@ -436,7 +436,9 @@ def _position_table(key: tuple, consts: tuple, xp: Namespace, dev: Any, dtype: A
             b *= 2
         idx = xp.arange(b, dtype=xp.int64 if hasattr(xp, "int64") else xp.int32, device=dev)
         tables, w = consts
-        c, s = exact_cos_sin(idx, tables, w, xp=xp, dtype=dtype, levels=_levels_for_range(0, b - 1), nonneg=True)
+        c, s = exact_cos_sin(
+            idx, tables, w, xp=xp, dtype=dtype, levels=_levels_for_range(0, b - 1), nonneg=True
+        )
         table = xp.concat([c, s], axis=1)  # (B, 2 n): one contiguous row per position
         if len(_POS_TABLES) >= 64:
             _POS_TABLES.clear()
