@@ -83,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     _set_threads(args.threads)
+    import warnings
+
+    # dynamo warns about array_api_compat's lru_cache helpers once per helper: noise here
+    warnings.filterwarnings("ignore", message="Dynamo detected a call to a `functools.lru_cache`")
     from . import rope as rb
 
     reps = args.reps or (5 if args.quick else 15)

@@ -8,12 +8,22 @@ import time
 from collections.abc import Callable
 
 
-def compare(cases: dict[str, Callable[[], object]], *, reps: int, warmup: int = 2, inner: int = 1) -> dict:
+class Times(dict):
+    """Median seconds per case; ``ratio(a, b)``: median over rounds of the per-round ratio."""
+
+    samples: dict[str, list[float]]
+
+    def ratio(self, a: str, b: str) -> float:
+        return statistics.median(x / y for x, y in zip(self.samples[a], self.samples[b]))
+
+
+def compare(cases: dict[str, Callable[[], object]], *, reps: int, warmup: int = 2, inner: int = 1) -> Times:
     """Median seconds per call of each case.
 
     Each round calls every case ``inner`` times (rotating the order between rounds so that no
     case always follows the same neighbour), which spreads the machine's noise evenly over
-    the cases; the medians over ``reps`` rounds are returned.
+    the cases.  Returns the medians over ``reps`` rounds; ``.ratio(a, b)`` is the median of
+    the per-round ratios, which cancels load changes slower than one round.
     """
     names = list(cases)
     for name in names:
@@ -34,4 +44,6 @@ def compare(cases: dict[str, Callable[[], object]], *, reps: int, warmup: int = 
     finally:
         if gc_was:
             gc.enable()
-    return {n: statistics.median(v) for n, v in samples.items()}
+    out = Times({n: statistics.median(v) for n, v in samples.items()})
+    out.samples = samples
+    return out

@@ -30,7 +30,7 @@ def _rows(section: str, backend: str, times: dict, baselines: dict[str, tuple[st
     rows = []
     for case, t in times.items():
         base, target = baselines.get(case, (None, None))
-        ratio = t / times[base] if base is not None else None
+        ratio = times.ratio(case, base) if base is not None else None
         rows.append(
             {
                 "section": section,
@@ -202,7 +202,7 @@ def _extra_row(section: str, backend: str, case: str, times: dict, a: str, b: st
         "case": case,
         "ms": None,
         "baseline": b,
-        "ratio": times[a] / times[b],
+        "ratio": times.ratio(a, b),
         "target": None,
         "ok": None,
     }

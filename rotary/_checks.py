@@ -165,7 +165,7 @@ def positions_range(pos: Array, xp: Namespace, name: str) -> tuple[int, int] | N
     if n == 0:
         return None
     if n == 1:
-        lo = hi = int(xp.reshape(pos, (-1,))[0])
+        lo = hi = int(pos[(0,) * pos.ndim])
     else:
         lo, hi = int(xp.min(pos)), int(xp.max(pos))
     _check_bound(max(-lo, hi), name)

@@ -14,6 +14,8 @@ For ``r = 8``::
 
 from __future__ import annotations
 
+import numpy as np
+
 from ._checks import LAYOUTS
 from ._compat import Array, Namespace
 
@@ -83,8 +85,6 @@ def _eager_out_ops(x: Array, cos: Array, sin: Array) -> tuple | None:
     """(empty_like, multiply, subtract, add, broadcast_to) when the ``out=`` path applies."""
     mod = type(x).__module__
     if mod == "numpy" and type(x).__name__ == "ndarray":
-        import numpy as np
-
         if type(cos) is np.ndarray and type(sin) is np.ndarray:
             return (np.empty_like, np.multiply, np.subtract, np.add, np.broadcast_to)
         return None
@@ -162,51 +162,62 @@ def _rotate_into(x: Array, cos: Array, sin: Array, layout: str, rotary_dim: int,
 
 
 def _rotate_into_np_full(x: Array, cos: Array, sin: Array, layout: str, h: int) -> Array:
-    """NumPy, whole head rotated: three ufunc passes per block over the pair view of ``x``.
+    """NumPy, whole head rotated: ``out = x * C + swap(x) * S`` block by block.
 
-    With ``x`` viewed as pairs ``(..., 2, h)`` (half) or ``(..., h, 2)`` (interleaved) and the
-    pair axis reversed by a negative stride (a view), ``out = x * cos + flip(x) * [-sin, sin]``:
-    the sign is folded into a small per-call sin table and the cos pass covers both halves.
-    ``a + (-b) == a - b`` exactly, so this is the functional formula to the bit.
+    ``C`` repeats ``cos`` for both features of a pair and ``S`` holds ``[-sin, sin]`` (the sign
+    folded into a small per-call table), both laid out for ``layout``; ``swap`` exchanges the
+    two features of every pair.  ``a + (-b) == a - b`` exactly, so this is the functional
+    formula to the bit.  Half layout: ``swap`` is a view (pair axis reversed by a negative
+    stride); interleaved: that view would leave an inner loop of length 2, so the swap is
+    copied into the block's scratch buffer instead (measured 3x faster).
     """
-    import numpy as np
-
     lead = tuple(x.shape[:-1])
-    if layout == "half":
-        shp, c2 = (*lead, 2, h), cos[..., None, :]
-        s2 = np.multiply(sin[..., None, :], _SIGN_HALF.astype(sin.dtype, copy=False))
-    else:
-        shp, c2 = (*lead, h, 2), cos[..., :, None]
-        s2 = np.multiply(sin[..., :, None], _SIGN_INTERLEAVED.astype(sin.dtype, copy=False))
+    d = x.shape[-1]
     out = np.empty(x.shape, dtype=x.dtype)
-    xv, ov = x.reshape(shp), out.reshape(shp)
-    xf = xv[..., ::-1, :] if layout == "half" else xv[..., ::-1]
-    row_bytes = x.shape[-1] * x.itemsize
+    if layout == "half":
+        shp = (*lead, 2, h)
+        xv, ov = x.reshape(shp), out.reshape(shp)
+        xs = xv[..., ::-1, :]  # swap as a view
+        c2 = cos[..., None, :]
+        s2 = np.multiply(sin[..., None, :], _sign(sin.dtype, 0))
+    else:
+        xv, ov, xs = x, out, None
+        c2 = np.repeat(cos, 2, axis=-1)
+        s2 = np.multiply(sin[..., :, None], _sign(sin.dtype, 1))
+        s2 = s2.reshape((*s2.shape[:-2], d))
+    row_bytes = d * x.itemsize
     if row_bytes * _prod(lead) <= 2 * _BLOCK_BYTES or not lead:
-        np.multiply(xv, c2, out=ov)
-        ov += xf * s2
-        return out
-    c2 = np.broadcast_to(c2, (*lead, *c2.shape[-2:]))
-    s2 = np.broadcast_to(s2, (*lead, *s2.shape[-2:]))
-    blocks = _blocks(lead, row_bytes)
+        blocks: list = [(...,)]
+    else:
+        c2 = np.broadcast_to(c2, (*lead, *c2.shape[len(c2.shape) - len(ov.shape) + len(lead) :]))
+        s2 = np.broadcast_to(s2, (*lead, *s2.shape[len(s2.shape) - len(ov.shape) + len(lead) :]))
+        blocks = _blocks(lead, row_bytes)
     tmp = np.empty(ov[blocks[0]].shape, dtype=x.dtype)
     for b in blocks:
         ob = ov[b]
         t = tmp if tmp.shape == ob.shape else np.empty(ob.shape, dtype=x.dtype)
         np.multiply(xv[b], c2[b], out=ob)
-        np.multiply(xf[b], s2[b], out=t)
+        if xs is not None:
+            np.multiply(xs[b], s2[b], out=t)
+        else:
+            xp_, tp = xv[b].reshape((*t.shape[:-1], h, 2)), t.reshape((*t.shape[:-1], h, 2))
+            np.copyto(tp[..., 0], xp_[..., 1])
+            np.copyto(tp[..., 1], xp_[..., 0])
+            np.multiply(t, s2[b], out=t)
         np.add(ob, t, out=ob)
     return out
 
 
-def _sign(shape: tuple) -> Array:
-    import numpy as np
-
-    return np.array([-1.0, 1.0], dtype=np.float64).reshape(shape)
+_SIGNS: dict = {}
 
 
-_SIGN_HALF = _sign((2, 1))
-_SIGN_INTERLEAVED = _sign((1, 2))
+def _sign(dtype: object, interleaved: int) -> Array:
+    """``[-1, 1]`` along the pair axis, shape ``(2, 1)`` (half) or ``(1, 2)`` (interleaved)."""
+    out = _SIGNS.get((dtype, interleaved))
+    if out is None:
+        out = np.array([-1.0, 1.0], dtype=dtype).reshape((1, 2) if interleaved else (2, 1))
+        _SIGNS[(dtype, interleaved)] = out
+    return out
 
 
 def _rotate_block(x1, x2, c, s, o1, o2, t, mul, sub, add) -> None:

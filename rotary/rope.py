@@ -187,7 +187,7 @@ class RoPE:
                 if table is None or table.shape[0] <= hi:
                     table = _position_table(self._key, self._constants(xp, dev, dtype), xp, dev, dtype, hi)
                 n = table.shape[-1] // 2
-                t = xp.take(table, pos if pos.ndim == 1 else xp.reshape(pos, (-1,)), axis=0)
+                t = _take_rows(table, pos if pos.ndim == 1 else xp.reshape(pos, (-1,)), xp)
                 c, s = t[:, :n], t[:, n:]
                 if pos.ndim == 1:
                     return c, s
@@ -411,6 +411,20 @@ def _concrete_int_range(pos: Array, xp: Namespace) -> tuple[int, int] | None:
     if is_real_floating(xp, pos.dtype) or not is_concrete(pos, xp):
         return None
     return _checks.positions_range(pos, xp, "pos")
+
+
+def _take_rows(table: Array, idx: Array, xp: Namespace) -> Array:
+    """``xp.take(table, idx, axis=0)`` for indices known to be in range (checked eagerly):
+    NumPy and torch are called directly (the compat wrappers' negative-index handling costs
+    more than the gather itself at decode sizes)."""
+    mod = type(table).__module__
+    if mod == "numpy":
+        return table.take(idx, axis=0)
+    if mod == "torch":
+        import torch  # the caller holds torch tensors
+
+        return torch.index_select(table, 0, idx)
+    return xp.take(table, idx, axis=0)
 
 
 def _levels_for_range(lo: int, hi: int) -> int:
