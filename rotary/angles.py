@@ -170,8 +170,7 @@ def exact_cos_sin(
         flat = _int32_at_least(flat, xp)
         ops = _eager_take_ops(flat, tables)
         if ops is not None:
-            cs = _exact_int_blocked(xp.abs(flat) if not nonneg else flat, tables, levels, n, ops)
-            c, s = cs[:, 0, :], cs[:, 1, :]
+            c, s = _exact_int_blocked(xp.abs(flat) if not nonneg else flat, tables, levels, n, ops)
             if not nonneg:
                 s = s * (1.0 - 2.0 * xp.astype(flat < 0, dtype))[:, None]
             return xp.reshape(c, (*shape, n)), xp.reshape(s, (*shape, n))
@@ -239,7 +238,8 @@ def _eager_take_ops(flat: Array, tables: Array) -> tuple | None:
         def take_into(table: Array, idx: Array, out: Array) -> None:
             np.take(table, idx, axis=0, out=out)
 
-        return (np.empty, take_into, np.multiply, np.subtract, np.add, {"dtype": tables.dtype})
+        kw = {"dtype": tables.dtype}
+        return (np.empty, take_into, np.multiply, np.subtract, np.add, kw, np.ascontiguousarray)
     if mod == "torch" and type(flat).__name__ == "Tensor" and type(tables).__name__ == "Tensor":
         import torch
 
@@ -250,48 +250,70 @@ def _eager_take_ops(flat: Array, tables: Array) -> tuple | None:
             return None
 
         def take_into(table: Array, idx: Array, out: Array) -> None:
-            # 2-d rows: torch's index_select is orders of magnitude slower on 3-d tables
-            torch.index_select(table.reshape(table.shape[0], -1), 0, idx, out=out.view(out.shape[0], -1))
+            # 2-d contiguous rows: torch's index_select is orders of magnitude slower on 3-d tables
+            torch.index_select(table, 0, idx, out=out)
 
         kw = {"dtype": tables.dtype, "device": tables.device}
-        return (torch.empty, take_into, torch.mul, torch.sub, torch.add, kw)
+        return (torch.empty, take_into, torch.mul, torch.sub, torch.add, kw, torch.Tensor.contiguous)
     return None
 
 
-def _exact_int_blocked(a: Array, tables: Array, levels: int, n: int, ops: tuple) -> Array:
-    """cos/sin of non-negative integer positions ``a`` (1-D), shape ``(P, 2, n)``."""
-    empty, take_into, mul, sub, add, kw = ops
+_SPLIT: dict[int, tuple] = {}
+
+
+def _split_tables(tables: Array, levels: int, ops: tuple) -> list:
+    """Contiguous ``(4096, n)`` cos and sin tables per level (cached per ``tables`` object):
+    gathers and products on contiguous rows run 5x faster than on the interleaved view."""
+    hit = _SPLIT.get(id(tables))
+    if hit is None or hit[0] is not tables:
+        copy = ops[6]
+        hit = (tables, [(copy(tables[lv, :, 0, :]), copy(tables[lv, :, 1, :])) for lv in range(LEVELS)])
+        if len(_SPLIT) >= 64:
+            _SPLIT.clear()
+        _SPLIT[id(tables)] = hit
+    return hit[1][:levels]
+
+
+def _exact_int_blocked(a: Array, tables: Array, levels: int, n: int, ops: tuple) -> tuple[Array, Array]:
+    """cos and sin, each ``(P, n)``, of non-negative integer positions ``a`` (1-D)."""
+    empty, take_into, mul, sub, add, kw, _ = ops
     p = a.shape[0]
-    cs = empty((p, 2, n), **kw)
+    c_out, s_out = empty((p, n), **kw), empty((p, n), **kw)
     if p == 0:
-        return cs
+        return c_out, s_out
+    split = _split_tables(tables, levels, ops)
     step = max(1, min(p, _BLOCK_BYTES // (2 * n * tables.itemsize)))
-    buf_a, buf_b, buf_c = (empty((step, 2, n), **kw) for _ in range(3))
-    tmp = empty((step, n), **kw)
+    bufs = [empty((step, n), **kw) for _ in range(7)]
     mask = _RADIX - 1
     for i in range(0, p, step):
         j = min(i + step, p)
         m = j - i
         rest = a[i:j]
-        dst = cs[i:j]
+        ac, as_, bc, bs, nc, ns, t = (bb[:m] for bb in bufs)
         if levels == 1:
-            take_into(tables[0], rest & mask, dst)
+            idx = rest & mask
+            take_into(split[0][0], idx, c_out[i:j])
+            take_into(split[0][1], idx, s_out[i:j])
             continue
-        acc, nxt, t = buf_a[:m], buf_c[:m], tmp[:m]
-        take_into(tables[0], rest & mask, acc)
+        idx = rest & mask
+        take_into(split[0][0], idx, ac)
+        take_into(split[0][1], idx, as_)
         for level in range(1, levels):
             rest = rest >> DIGIT_BITS
-            tb = buf_b[:m]
-            take_into(tables[level], rest & mask, tb)
-            d = dst if level == levels - 1 else nxt
-            mul(acc[:, 0], tb[:, 0], out=d[:, 0])
-            mul(acc[:, 1], tb[:, 1], out=t)
-            sub(d[:, 0], t, out=d[:, 0])  # c * tc - s * ts
-            mul(acc[:, 1], tb[:, 0], out=d[:, 1])
-            mul(acc[:, 0], tb[:, 1], out=t)
-            add(d[:, 1], t, out=d[:, 1])  # s * tc + c * ts
-            acc, nxt = d, acc
-    return cs
+            idx = rest & mask
+            take_into(split[level][0], idx, bc)
+            take_into(split[level][1], idx, bs)
+            last = level == levels - 1
+            dc, ds = (c_out[i:j], s_out[i:j]) if last else (nc, ns)
+            mul(ac, bc, out=dc)
+            mul(as_, bs, out=t)
+            sub(dc, t, out=dc)  # c * tc - s * ts
+            mul(as_, bc, out=ds)
+            mul(ac, bs, out=t)
+            add(ds, t, out=ds)  # s * tc + c * ts
+            if not last:
+                ac, as_, nc, ns = dc, ds, ac, as_
+    return c_out, s_out
 
 
 def float32_recipe(pos: Array, inv32: Array, *, xp: Namespace) -> tuple[Array, Array]:

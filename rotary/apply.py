@@ -12,6 +12,7 @@ __all__ = ["apply", "rotate"]
 
 
 _ROPES: dict[tuple, RoPE] = {}
+_ROPES_PLAIN: dict[tuple, RoPE] = {}  # scaling=None, keyed by the raw arguments
 
 
 def _rope(
@@ -46,6 +47,14 @@ def _rope_for(x: Any, name: str, base: Any, layout: Any, rotary_dim: Any, scalin
             f"rotary_dim={rotary_dim} is larger than the head dimension {name}.shape[-1]={head_dim}"
         )
     try:
+        if scaling is None:  # the common case: skip building and hashing Default() per call
+            fast = (head_dim, base, layout, rotary_dim, angles)
+            rope = _ROPES_PLAIN.get(fast)
+            if rope is None:
+                rope = _rope(head_dim, base, layout, rotary_dim, resolve(None), angles)
+                if len(_ROPES_PLAIN) < 256:
+                    _ROPES_PLAIN[fast] = rope
+            return rope
         hash(base)
         return _rope(head_dim, base, layout, rotary_dim, resolve(scaling), angles)
     except TypeError as e:
