@@ -48,6 +48,21 @@ def _set_threads(n: int) -> None:
         pass
 
 
+def markdown_table(rows: list) -> str:
+    """The rows as a Markdown table (for the README)."""
+    out = ["| section | backend | case | ms | ratio | vs | target |", "|---|---|---|---:|---:|---|---|"]
+    for r in rows:
+        if "ms" not in r:
+            out.append(f"| {r.get('section', '')} | {r.get('backend', '')} | {r.get('case', '')} | | | | |")
+            continue
+        tgt = "" if r.get("target") is None else f"<= {r['target']:g} " + ("met" if r["ok"] else "**missed**")
+        out.append(
+            f"| {r['section']} | {r['backend']} | {r['case']} | {_fmt(r['ms'], '.3f')} | "
+            f"{_fmt(r['ratio'], '.2f')} | {r['baseline'] or ''} | {tgt} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def _fmt(v: object, spec: str) -> str:
     return "" if v is None else format(v, spec)
 
@@ -72,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m benchmarks", description=__doc__)
     p.add_argument("--quick", action="store_true", help="smaller prefill shapes, fewer repetitions")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    p.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
     p.add_argument("--only", nargs="+", choices=SECTIONS, help="run only these sections")
     p.add_argument("--reps", type=int, help="interleaved repetitions (default 5 quick, 15 full)")
     p.add_argument(
@@ -105,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows)
     missed = [r for r in rows if r.get("ok") is False]
     print(f"\n{len(rows)} rows in {time.time() - t0:.0f} s; targets missed: {len(missed)}")
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown_table(rows))
     if args.json:
         meta = {
             "command": "python3 -m benchmarks " + " ".join(argv if argv is not None else sys.argv[1:]),
