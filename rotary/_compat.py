@@ -166,8 +166,8 @@ def is_concrete(x: Any, xp: Namespace) -> bool:
     if is_jax_namespace(xp):
         import jax  # the caller already holds JAX arrays
 
-        if isinstance(x, jax.core.Tracer):
-            return False
+        if isinstance(x, jax.core.Tracer) or _jax_tracing(jax):
+            return False  # a concrete array closed over inside jit: ops on it are traced
         try:
             return all(d.platform == "cpu" for d in x.devices())
         except Exception:
@@ -181,6 +181,16 @@ def is_concrete(x: Any, xp: Namespace) -> bool:
     if is_cupy_namespace(xp):
         return False
     return True
+
+
+def _jax_tracing(jax: Any) -> bool:
+    """True inside ``jax.jit`` (or another JAX trace), where even ops on concrete arrays are traced."""
+    try:
+        from jax._src import core
+
+        return not core.trace_state_clean()
+    except Exception:  # private API moved: probe with a tiny array instead
+        return isinstance(jax.numpy.zeros(()), jax.core.Tracer)
 
 
 def _is_fake_tensor(x: Any) -> bool:

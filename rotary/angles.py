@@ -6,24 +6,42 @@ Two methods:
     Range reduction that is exact for integer positions.  A position is split
     into base-4096 digits ``p = d0 + 4096 d1 + 4096**2 d2`` (plus a fractional
     part for floating positions).  For each digit level a table of
-    ``cos/sin(d * 4096**level * inv_freq)`` is built once, on the host, in
-    extended precision and rounded to the compute dtype; the angle of ``p`` is
-    then put together with the angle-addition formulas.  Every table entry is
-    correctly rounded, so the result is within a few float32 ulps (< 1e-6
-    absolute) of the float64 truth for every ``|p| < 2**36``, on every backend,
-    including those without float64.  Fractional parts ``f`` in ``[0, 1)`` add
-    ``cos/sin(f * inv_freq)`` computed directly in the compute dtype (error
-    about one ulp of the angle, < 1e-7 absolute in float32).
+    ``cos/sin(d * 4096**level * inv_freq)`` is built once, on the host: the step
+    ``4096**level * inv_freq`` is reduced modulo 2 pi exactly (decimal
+    arithmetic), so every table angle is below ``4096 * 2 pi`` and every entry is
+    accurate to ~1e-15 before rounding to the compute dtype; the angle of ``p`` is
+    then put together with the angle-addition formulas.  The result is within a
+    few float32 ulps (< 1e-6 absolute, measured <= 1.9e-7) of the float64 truth
+    for every integer ``|p| < 2**36``, on every backend, including those without
+    float64; float64 results are within ~2e-15.  Floating positions: the
+    fractional part ``f`` adds ``cos/sin(f * inv_freq)`` computed directly
+    (< 2e-7 absolute in float32 for the position value as held; float64
+    positions are split before any rounding to float32).
 
 ``"float32"``
     The common recipe (Hugging Face LLaMA): ``inv_freq = 1 / base**(arange(0, d, 2) / d)``
     and ``angle = pos * inv_freq``, both in float32, then ``cos``/``sin`` in
     float32.  Reproduces that recipe bit-for-bit on torch; its error grows with
-    the position (about 6e-2 near 2**20, see the README's numerics table).
+    the position.
+
+Max |cos error| against the float64 truth (d=128, base 1e4, 4096 positions up
+to each mark, all 64 frequencies; ``benchmarks/angle_errors.py``; the exact
+column is the same on NumPy, torch, JAX with x64 off and array-api-strict's
+``no_float64`` device)::
+
+    position   float32 recipe   exact, float32   exact, float64
+    2**10      5.6e-05          3.0e-08          < 1e-16
+    2**17      7.7e-03          1.3e-07          1.1e-16
+    2**20      6.2e-02          1.3e-07          1.1e-16
+    2**24      9.5e-01          1.3e-07          1.5e-15
+    2**28      2 (wrong sign)   1.9e-07          1.4e-15
+    2**32      2                1.8e-07          1.6e-15
+    2**36 - 1  2                1.8e-07          2.2e-15
 """
 
 from __future__ import annotations
 
+import decimal
 import functools
 from typing import Any
 
@@ -31,7 +49,15 @@ import numpy as np
 
 from ._compat import Array, Namespace, is_real_floating
 
-__all__ = ["ANGLE_METHODS", "DIGIT_BITS", "LEVELS", "cos_sin", "inv_freq", "level_tables"]
+__all__ = [
+    "ANGLE_METHODS",
+    "DIGIT_BITS",
+    "LEVELS",
+    "cos_sin",
+    "exact_cos_sin_positions",
+    "inv_freq",
+    "level_tables",
+]
 
 ANGLE_METHODS = ("exact", "float32")
 
@@ -66,17 +92,42 @@ def inv_freq(dim: int, base: float = 10000.0) -> np.ndarray:
     return 1.0 / (float(base) ** exps)
 
 
+#: 2 pi to 110 significant digits, for the exact range reduction of the table steps.
+_TWO_PI = 2 * decimal.Decimal(
+    "3.14159265358979323846264338327950288419716939937510582097494459230781640628620899862803482534211706798"
+)
+
+
+def _reduced_steps(w: np.ndarray, level: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(radix**level * w) mod 2 pi`` as an unevaluated sum ``hi + lo`` of float64 arrays.
+
+    Exact decimal arithmetic (64 values), so the tables need no wide float: the
+    table angles ``digit * (hi + lo)`` stay below ``4096 * 2 pi`` and lose at most
+    ~1e-15 (80-bit longdouble) or ~3e-12 (platforms whose longdouble is float64).
+    """
+    hi = np.empty(w.shape, dtype=np.float64)
+    lo = np.empty(w.shape, dtype=np.float64)
+    with decimal.localcontext() as ctx:
+        ctx.prec = 110
+        scale = decimal.Decimal(_RADIX**level)
+        for i, wi in enumerate(w.tolist()):
+            x = decimal.Decimal(wi) * scale  # exact: w is a float64, radix**level an integer
+            r = x - (x / _TWO_PI).to_integral_value(rounding=decimal.ROUND_FLOOR) * _TWO_PI
+            hi[i] = float(r)
+            lo[i] = float(r - decimal.Decimal(hi[i]))
+    return hi, lo
+
+
 @functools.lru_cache(maxsize=64)
 def _level_tables_cached(inv_bytes: bytes, levels: int) -> np.ndarray:
     w = np.frombuffer(inv_bytes, dtype=np.float64)
     ld = np.longdouble  # 64-bit mantissa on x86; float64 where the platform has no wider type
-    two_pi = ld(2) * ld("3.14159265358979323846264338327950288")
     digits = np.arange(_RADIX, dtype=ld)[:, None]
     out = np.empty((levels, _RADIX, 2, w.shape[0]), dtype=np.float64)
     for level in range(levels):
-        # digit * radix**level is an exact integer; w is exact in longdouble.
-        ang = digits * ld(float(_RADIX**level)) * w.astype(ld)[None, :]
-        ang = np.fmod(ang, two_pi)
+        # Angle digit * radix**level * w, from its exactly reduced step: below 4096 * 2 pi.
+        hi, lo = _reduced_steps(w, level)
+        ang = digits * hi.astype(ld)[None, :] + digits * lo.astype(ld)[None, :]
         out[level, :, 0, :] = np.cos(ang).astype(np.float64)
         out[level, :, 1, :] = np.sin(ang).astype(np.float64)
     out.setflags(write=False)
@@ -126,7 +177,7 @@ def cos_sin(
     if tables is None:
         tables = backend_tables(w, xp=xp, device=_device_of(pos, xp), dtype=dtype)
     wb = xp.asarray(w, dtype=dtype, device=_device_of(pos, xp))
-    return exact_cos_sin(pos, tables, wb, xp=xp, dtype=dtype)
+    return exact_cos_sin_positions(pos, tables, wb, xp=xp, dtype=dtype)
 
 
 def _device_of(pos: Array, xp: Namespace) -> Any:
@@ -314,6 +365,27 @@ def _exact_int_blocked(a: Array, tables: Array, levels: int, n: int, ops: tuple)
             if not last:
                 ac, as_, nc, ns = dc, ds, ac, as_
     return c_out, s_out
+
+
+def exact_cos_sin_positions(
+    pos: Array, tables: Array, w: Array, *, xp: Namespace, dtype: Any
+) -> tuple[Array, Array]:
+    """:func:`exact_cos_sin` for any positions: floating positions wider than ``dtype``
+    (float64 positions, float32 compute) are split into integer and fractional parts
+    *before* rounding, so e.g. ``2**23 + 0.5`` keeps its fraction."""
+    if (
+        is_real_floating(xp, pos.dtype)
+        and hasattr(xp, "float64")
+        and pos.dtype == xp.float64
+        and dtype != xp.float64
+    ):
+        whole = xp.floor(pos)
+        frac = xp.astype(pos - whole, dtype)
+        c, s = exact_cos_sin(xp.astype(whole, xp.int64), tables, w, xp=xp, dtype=dtype)
+        ang = frac[..., None] * w
+        fc, fs = xp.cos(ang), xp.sin(ang)
+        return c * fc - s * fs, s * fc + c * fs
+    return exact_cos_sin(pos, tables, w, xp=xp, dtype=dtype)
 
 
 def float32_recipe(pos: Array, inv32: Array, *, xp: Namespace) -> tuple[Array, Array]:

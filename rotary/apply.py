@@ -16,10 +16,16 @@ _ROPES_PLAIN: dict[tuple, RoPE] = {}  # scaling=None, keyed by the raw arguments
 
 
 def _rope(
-    head_dim: int, base: float, layout: str, rotary_dim: int | None, scaling: Scaling, angles: str
+    head_dim: int,
+    base: float,
+    layout: str,
+    rotary_dim: int | None,
+    scaling: Scaling,
+    angles: str,
+    partial: str = "neox",
 ) -> RoPE:
     # A plain dict rather than functools.lru_cache: it traces cleanly under torch.compile.
-    key = (head_dim, base, layout, rotary_dim, scaling, angles)
+    key = (head_dim, base, layout, rotary_dim, scaling, angles, partial)
     rope = _ROPES.get(key)
     if rope is None:
         rope = RoPE(
@@ -29,13 +35,23 @@ def _rope(
             rotary_dim=rotary_dim,
             scaling=scaling,
             angles=angles,
+            partial=partial,
         )
         if len(_ROPES) < 256:
             _ROPES[key] = rope
     return rope
 
 
-def _rope_for(x: Any, name: str, base: Any, layout: Any, rotary_dim: Any, scaling: Any, angles: Any) -> RoPE:
+def _rope_for(
+    x: Any,
+    name: str,
+    base: Any,
+    layout: Any,
+    rotary_dim: Any,
+    scaling: Any,
+    angles: Any,
+    partial: Any = "neox",
+) -> RoPE:
     shape = getattr(x, "shape", None)
     if shape is None or len(shape) < 1:
         raise TypeError(f"{name} must be an array of shape (..., head_dim), got {type(x).__name__}")
@@ -48,19 +64,27 @@ def _rope_for(x: Any, name: str, base: Any, layout: Any, rotary_dim: Any, scalin
         )
     try:
         if scaling is None:  # the common case: skip building and hashing Default() per call
-            fast = (head_dim, base, layout, rotary_dim, angles)
+            fast = (head_dim, base, layout, rotary_dim, angles, partial)
             rope = _ROPES_PLAIN.get(fast)
             if rope is None:
-                rope = _rope(head_dim, base, layout, rotary_dim, resolve(None), angles)
+                rope = _rope(head_dim, base, layout, rotary_dim, resolve(None), angles, partial)
                 if len(_ROPES_PLAIN) < 256:
                     _ROPES_PLAIN[fast] = rope
             return rope
         hash(base)
-        return _rope(head_dim, base, layout, rotary_dim, resolve(scaling), angles)
+        return _rope(head_dim, base, layout, rotary_dim, resolve(scaling), angles, partial)
     except TypeError as e:
         if "unhashable" not in str(e):
             raise
-        return RoPE(head_dim, base=base, layout=layout, rotary_dim=rotary_dim, scaling=scaling, angles=angles)
+        return RoPE(
+            head_dim,
+            base=base,
+            layout=layout,
+            rotary_dim=rotary_dim,
+            scaling=scaling,
+            angles=angles,
+            partial=partial,
+        )
 
 
 def rotate(
@@ -72,6 +96,7 @@ def rotate(
     rotary_dim: int | None = None,
     scaling: Scaling | dict | None = None,
     angles: str = "exact",
+    partial: str = "neox",
 ) -> Array:
     """Rotate one array ``x`` of shape ``(..., head_dim)`` at positions ``pos``.
 
@@ -85,7 +110,7 @@ def rotate(
     >>> rotary.rotate(k, [7]).shape                           # at position 7
     (1, 2, 1, 4)
     """
-    rope = _rope_for(x, "x", base, layout, rotary_dim, scaling, angles)
+    rope = _rope_for(x, "x", base, layout, rotary_dim, scaling, angles, partial)
     return rope.rotate(x, pos)
 
 
@@ -100,6 +125,7 @@ def apply(
     scaling: Scaling | dict | None = None,
     k_pos: Any = None,
     angles: str = "exact",
+    partial: str = "neox",
 ) -> tuple[Array, Array]:
     """Apply rotary position embedding to queries and keys.
 
@@ -118,13 +144,17 @@ def apply(
     base : float
         RoPE base ``theta``.
     rotary_dim : int, optional
-        Rotate only the first ``rotary_dim`` features; the rest pass through.
+        Rotate only ``rotary_dim`` features of each head; the rest pass through.
     scaling : Scaling or dict, optional
         Context-extension scaling (:mod:`rotary.scaling`).
     k_pos : array or int or sequence, optional
         Key positions, default ``pos``.
     angles : {"exact", "float32"}
         Angle method (see :mod:`rotary.angles`).
+    partial : {"neox", "proportional"}
+        How ``rotary_dim`` is read: NeoX-style (first ``rotary_dim`` features,
+        exponent over ``rotary_dim``) or Gemma's proportional RoPE (exponent over
+        the head dim, first ``rotary_dim // 2`` pairs rotate); see :class:`RoPE`.
 
     Returns
     -------
@@ -142,5 +172,5 @@ def apply(
     >>> q_rot.shape, k_rot.shape
     ((1, 8, 16, 64), (1, 2, 16, 64))
     """
-    rope = _rope_for(q, "q", base, layout, rotary_dim, scaling, angles)
+    rope = _rope_for(q, "q", base, layout, rotary_dim, scaling, angles, partial)
     return rope.apply(q, k, pos, k_pos=k_pos)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
 import numpy as np
 from array_api_compat import is_array_api_obj
 
-from . import _checks
+from . import _checks, _dask
 from ._compat import (
     Array,
     Namespace,
@@ -15,6 +16,7 @@ from ._compat import (
     compute_dtype,
     creation_device,
     is_concrete,
+    is_dask_namespace,
     is_jax_namespace,
     is_real_floating,
     is_torch_namespace,
@@ -27,6 +29,7 @@ from .angles import (
     LEVELS,
     backend_tables,
     exact_cos_sin,
+    exact_cos_sin_positions,
     float32_inv_freq,
     float32_recipe,
 )
@@ -34,7 +37,10 @@ from .layouts import expand_pairs, rotate_pairs
 from .scaling import Scaling, from_key, resolve
 from .scaling import key as scaling_key
 
-__all__ = ["RoPE", "as_positions"]
+__all__ = ["PARTIAL_MODES", "RoPE", "as_positions"]
+
+#: How a ``rotary_dim`` smaller than ``head_dim`` is read (see :class:`RoPE`).
+PARTIAL_MODES = ("neox", "proportional")
 
 
 class RoPE:
@@ -51,15 +57,28 @@ class RoPE:
         Hugging Face LLaMA); ``"interleaved"`` pairs ``2i`` with ``2i + 1``
         (RoFormer, Meta LLaMA, GPT-J).
     rotary_dim : int, optional
-        Rotate only the first ``rotary_dim`` features of each head (even); the
-        rest pass through.  The frequency exponent uses ``rotary_dim``.
+        Rotate only ``rotary_dim`` features of each head (even); the rest pass
+        through.  Which features and which frequencies depend on ``partial``.
     scaling : Scaling or dict, optional
         A context-extension scaling from :mod:`rotary.scaling`, or a Hugging
         Face ``rope_scaling`` dict.
     angles : {"exact", "float32"}
         ``"exact"`` (default): angles within 1e-6 of the float64 truth for
         integer positions up to 2**36 on every backend.  ``"float32"``: the
-        common float32 recipe, bit-for-bit Hugging Face on torch.
+        common float32 recipe, bit-for-bit Hugging Face on torch: angles in float32,
+        cos/sin cast to the input dtype and the rotation done in it (as HF's
+        ``apply_rotary_pos_emb`` does for bfloat16/float16 inputs).
+    partial : {"neox", "proportional"}
+        How ``rotary_dim < head_dim`` is read.  ``"neox"`` (default; GPT-NeoX
+        ``rotary_pct``, GPT-J ``rotary_dim``, HF ``partial_rotary_factor``): the
+        first ``rotary_dim`` features form the pairs and the frequency exponent
+        uses ``rotary_dim``.  ``"proportional"`` (Gemma, HF ``rope_type="proportional"``):
+        the exponent uses ``head_dim`` (``theta_i = base**(-2i/head_dim)``), the
+        pairs span the whole head and only the first ``rotary_dim // 2`` pairs
+        rotate (the others have frequency 0): in the ``"half"`` layout the first
+        ``rotary_dim // 2`` features of each half, in ``"interleaved"`` the first
+        ``rotary_dim`` features.  ``inv_freq`` and ``cos_sin`` then have
+        ``head_dim // 2`` entries, as in Hugging Face.
 
     Notes
     -----
@@ -86,6 +105,7 @@ class RoPE:
         rotary_dim: int | None = None,
         scaling: Scaling | dict | None = None,
         angles: str = "exact",
+        partial: str = "neox",
     ) -> None:
         self.head_dim = _checks.check_head_dim(head_dim)
         self.rotary_dim: int = _checks.check_rotary_dim(rotary_dim, self.head_dim)  # type: ignore[assignment]
@@ -95,7 +115,14 @@ class RoPE:
         if angles not in ANGLE_METHODS:
             raise ValueError(f"angles must be one of {ANGLE_METHODS!r}, got {angles!r}")
         self.angles = angles
-        self._af = float(self.scaling.attention_factor(self.rotary_dim, self.base))
+        if partial not in PARTIAL_MODES:
+            raise ValueError(f"partial must be one of {PARTIAL_MODES!r}, got {partial!r}")
+        if partial == "proportional" and self.scaling.dynamic:
+            raise ValueError("partial='proportional' does not support dynamic scalings")
+        self.partial = partial
+        # Features handed to the rotation kernel: proportional pairs span the whole head.
+        self._rot_width = self.head_dim if partial == "proportional" else self.rotary_dim
+        self._af = float(self.scaling.attention_factor(self._rot_width, self.base))
         # Plain-value key: identifies the cached constants and lets torch.compile
         # treat them as compile-time constants (see ``_torch_constants``).
         self._key = (
@@ -105,7 +132,29 @@ class RoPE:
             self.layout,
             scaling_key(self.scaling),
             self.angles,
+            *(() if partial == "neox" else (partial,)),
         )
+        # The same key as one string: torch.compile turns floats met again on a recompile
+        # into symbols, which a constant-result function cannot take; a string stays constant.
+        self._token = repr(self._key)
+
+    @classmethod
+    def from_hf(cls, config: Any, *, angles: str = "exact", layer_type: str | None = None) -> RoPE:
+        """The RoPE of a Hugging Face ``transformers`` config (object or dict); see :func:`rotary.hf.from_hf`.
+
+        Examples
+        --------
+        >>> import rotary
+        >>> cfg = {"hidden_size": 64, "num_attention_heads": 4, "rope_theta": 500000.0,
+        ...        "max_position_embeddings": 8192, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+        ...        "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+        >>> rope = rotary.RoPE.from_hf(cfg)
+        >>> rope.head_dim, rope.base, rope.scaling.factor
+        (16, 500000.0, 8.0)
+        """
+        from .hf import from_hf
+
+        return from_hf(config, angles=angles, layer_type=layer_type, cls=cls)
 
     # -- configuration ---------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
@@ -118,6 +167,7 @@ class RoPE:
         extra = "" if self.rotary_dim == self.head_dim else f", rotary_dim={self.rotary_dim}"
         sc = "" if type(self.scaling).rope_type == "default" else f", scaling={self.scaling!r}"
         an = "" if self.angles == "exact" else f", angles={self.angles!r}"
+        an += "" if self.partial == "neox" else f", partial={self.partial!r}"
         return f"RoPE({self.head_dim}, base={self.base:g}, layout={self.layout!r}{extra}{sc}{an})"
 
     @property
@@ -147,14 +197,21 @@ class RoPE:
     def _constants(self, xp: Namespace, dev: Any, dtype: Any) -> tuple[Array, Array]:
         """(digit tables, inverse frequencies) on ``xp``/``dev`` in ``dtype``, cached."""
         if is_torch_namespace(xp):
-            return _torch_constants(self._key, str(dev), str(dtype).rsplit(".", 1)[-1])
+            return _torch_constants(self._token, str(dev), str(dtype).rsplit(".", 1)[-1])
         return _constants(self._key, xp, dev, dtype)
 
     def _half_cos_sin(
-        self, pos: Array, xp: Namespace, dev: Any, dtype: Any, rng: tuple[int, int] | None = None
+        self,
+        pos: Array,
+        xp: Namespace,
+        dev: Any,
+        dtype: Any,
+        out_dtype: Any = None,
+        rng: tuple[int, int] | None = None,
     ) -> tuple[Array, Array]:
         """cos, sin of shape ``pos.shape + (rotary_dim // 2,)`` in ``dtype``, af applied.
 
+        ``out_dtype``: cast to it after the attention factor (HF order in float32 mode).
         ``rng``: ``(min, max)`` of concrete integer positions when the caller already has it.
         """
         if self.scaling.dynamic:
@@ -168,6 +225,8 @@ class RoPE:
             c, s = self._exact_half(pos, xp, dev, dtype, rng)
         if self._af != 1.0:
             c, s = c * self._af, s * self._af
+        if out_dtype is not None and c.dtype != out_dtype:
+            c, s = xp.astype(c, out_dtype), xp.astype(s, out_dtype)
         return c, s
 
     def _exact_half(
@@ -183,9 +242,9 @@ class RoPE:
         if rng is not None:
             lo, hi = rng
             if 0 <= lo and hi < _POS_TABLE_MAX:
-                table = _POS_TABLES.get((self._key, xp, dev, dtype))
+                table = _POS_TABLES.get((self._token, xp, dev, dtype))
                 if table is None or table.shape[0] <= hi:
-                    table = _position_table(self._key, self._constants(xp, dev, dtype), xp, dev, dtype, hi)
+                    table = _position_table(self._token, self._constants(xp, dev, dtype), xp, dev, dtype, hi)
                 n = table.shape[-1] // 2
                 t = _take_rows(table, pos if pos.ndim == 1 else xp.reshape(pos, (-1,)), xp)
                 c, s = t[:, :n], t[:, n:]
@@ -195,7 +254,13 @@ class RoPE:
                 return xp.reshape(c, shape), xp.reshape(s, shape)
             levels, nonneg = _levels_for_range(lo, hi), lo >= 0
         tables, w = self._constants(xp, dev, dtype)
+        if levels is None:
+            return exact_cos_sin_positions(pos, tables, w, xp=xp, dtype=dtype)
         return exact_cos_sin(pos, tables, w, xp=xp, dtype=dtype, levels=levels, nonneg=nonneg)
+
+    def _rot_dtype(self, x: Array) -> Any:
+        """Float32 mode rotates in the input dtype, as Hugging Face does (cos/sin cast to it)."""
+        return x.dtype if self.angles == "float32" else None
 
     def cos_sin(
         self,
@@ -263,10 +328,13 @@ class RoPE:
         xp = array_namespace(x, pos, names=("x", "pos"))
         self._check_x(x, xp, "x")
         pos = self._prepare_pos(pos, x, xp, "pos", [("x", x)])
+        if is_dask_namespace(xp) and not self.scaling.dynamic:  # one task per block of leading axes
+            # (dynamic scalings read the sequence length from all positions: generic lazy path)
+            return _dask.rotate(self, x, pos)
         dev = creation_device(x, xp)
         cdt = compute_dtype(xp, x.dtype)
-        c, s = self._half_cos_sin(pos, xp, dev, cdt)
-        return rotate_pairs(x, c, s, layout=self.layout, rotary_dim=self.rotary_dim, xp=xp)
+        c, s = self._half_cos_sin(pos, xp, dev, cdt, self._rot_dtype(x))
+        return rotate_pairs(x, c, s, layout=self.layout, rotary_dim=self._rot_width, xp=xp)
 
     def apply(self, q: Array, k: Array, pos: Any, *, k_pos: Any = None) -> tuple[Array, Array]:
         """Rotate queries and keys; ``k_pos`` (default ``pos``) gives the keys' positions.
@@ -282,7 +350,7 @@ class RoPE:
         """
         sig = _eager_signature(q, k, pos) if k_pos is None else None
         if sig is not None:
-            hit = _SIGNATURES.get((self._key, sig))
+            hit = _SIGNATURES.get((self._token, sig))
             if hit is not None:
                 return self._apply_checked(q, k, pos, *hit)
         xp = array_namespace(q, k, pos, k_pos, names=("q", "k", "pos", "k_pos"))
@@ -295,23 +363,32 @@ class RoPE:
         arrays = [("q", q), ("k", k)]
         if q.dtype != k.dtype:
             raise TypeError(f"q and k must have the same dtype, got {q.dtype} and {k.dtype}")
+        if is_dask_namespace(xp) and not self.scaling.dynamic:  # one task per block of leading axes
+            # (dynamic scalings read the sequence length from all positions: generic lazy path)
+            pos = self._prepare_pos(pos, q, xp, "pos", arrays)
+            if k_pos is None:
+                _checks.check_broadcast(tuple(pos.shape), tuple(k.shape[:-1]), "pos", "k")
+                k_pos = pos
+            else:
+                k_pos = self._prepare_pos(k_pos, k, xp, "k_pos", arrays)
+            return _dask.rotate(self, q, pos, "q", "pos"), _dask.rotate(self, k, k_pos, "k", "k_pos")
         dev = creation_device(q, xp)
         cdt = compute_dtype(xp, q.dtype)
         if k_pos is None:
             pos = self._prepare_pos(pos, q, xp, "pos", arrays)
             _checks.check_broadcast(tuple(pos.shape), tuple(k.shape[:-1]), "pos", "k")
-            c, s = self._half_cos_sin(pos, xp, dev, cdt)
+            c, s = self._half_cos_sin(pos, xp, dev, cdt, self._rot_dtype(q))
             ck, sk = c, s
         else:
             pos = self._prepare_pos(pos, q, xp, "pos", arrays)
             k_pos = self._prepare_pos(k_pos, k, xp, "k_pos", arrays)
-            c, s = self._half_cos_sin(pos, xp, dev, cdt)
-            ck, sk = self._half_cos_sin(k_pos, xp, dev, cdt)
-        kw = {"layout": self.layout, "rotary_dim": self.rotary_dim, "xp": xp}
+            c, s = self._half_cos_sin(pos, xp, dev, cdt, self._rot_dtype(q))
+            ck, sk = self._half_cos_sin(k_pos, xp, dev, cdt, self._rot_dtype(k))
+        kw = {"layout": self.layout, "rotary_dim": self._rot_width, "xp": xp}
         out = rotate_pairs(q, c, s, **kw), rotate_pairs(k, ck, sk, **kw)
         if sig is not None and len(_SIGNATURES) < 1024:
             # Everything checked above depends only on ``sig``: later calls skip it.
-            _SIGNATURES[(self._key, sig)] = (xp, dev, cdt, not is_real_floating(xp, pos.dtype))
+            _SIGNATURES[(self._token, sig)] = (xp, dev, cdt, not is_real_floating(xp, pos.dtype))
         return out
 
     def _apply_checked(
@@ -324,8 +401,8 @@ class RoPE:
         else:
             rng = None
             _checks.check_positions_values(pos, xp, "pos")
-        c, s = self._half_cos_sin(pos, xp, dev, cdt, rng)
-        kw = {"layout": self.layout, "rotary_dim": self.rotary_dim, "xp": xp}
+        c, s = self._half_cos_sin(pos, xp, dev, cdt, self._rot_dtype(q), rng=rng)
+        kw = {"layout": self.layout, "rotary_dim": self._rot_width, "xp": xp}
         return rotate_pairs(q, c, s, **kw), rotate_pairs(k, c, s, **kw)
 
     # -- helpers -------------------------------------------------------------------
@@ -470,8 +547,12 @@ _CONSTANTS: dict[tuple, tuple[Array, Array]] = {}
 def _host_inv_freq(key: tuple) -> np.ndarray:
     w = _HOST_W.get(key)
     if w is None:
-        _, rotary_dim, base, _, skey, _ = key
-        w = np.asarray(from_key(skey).inv_freq(rotary_dim, base), dtype=np.float64)
+        head_dim, rotary_dim, base, _, skey, _ = key[:6]
+        if key[6:] == ("proportional",):
+            w = np.asarray(from_key(skey).inv_freq(head_dim, base), dtype=np.float64)
+            w = np.concatenate([w[: rotary_dim // 2], np.zeros(head_dim // 2 - rotary_dim // 2)])
+        else:
+            w = np.asarray(from_key(skey).inv_freq(rotary_dim, base), dtype=np.float64)
         w.setflags(write=False)
         _HOST_W[key] = w
     return w
@@ -494,20 +575,30 @@ def _constants(key: tuple, xp: Namespace, dev: Any, dtype: Any) -> tuple[Array, 
 
 
 def _build_constants(key: tuple, xp: Namespace, dev: Any, dtype: Any) -> tuple[Array, Array]:
-    _, rotary_dim, base, _, skey, _ = key
+    head_dim, rotary_dim, base, _, skey, _ = key[:6]
     if dtype == "float32recipe":
         hf = getattr(from_key(skey), "float32_inv_freq", None) or float32_inv_freq
+        if key[6:] == ("proportional",):
+            w32 = hf(head_dim, base, xp=xp, device=dev)[: rotary_dim // 2]
+            pad = xp.zeros((head_dim // 2 - rotary_dim // 2,), dtype=w32.dtype, device=dev)
+            return (None, xp.concat([w32, pad]))
         return (None, hf(rotary_dim, base, xp=xp, device=dev))
     w = _host_inv_freq(key)
     return backend_tables(w, xp=xp, device=dev, dtype=dtype), xp.asarray(w, dtype=dtype, device=dev)
 
 
-def _torch_constants(key: tuple, dev: str, dtype: str) -> tuple[Array, Array]:
+def _torch_constants(token: str, dev: str, dtype: str) -> tuple[Array, Array]:
     import array_api_compat.torch as xp
     import torch
 
+    key = _KEYS.get(token)
+    if key is None:
+        key = _KEYS[token] = ast.literal_eval(token)  # the repr of a tuple of plain values
     dt = dtype if dtype == "float32recipe" else getattr(torch, dtype)
     return _constants(key, xp, torch.device(dev), dt)
+
+
+_KEYS: dict[str, tuple] = {}
 
 
 # torch.compile: these tensors depend only on plain-value arguments, so dynamo may call

@@ -5,20 +5,62 @@ and may carry an *attention factor* ``af`` that multiplies cos and sin (so the
 attention logits scale by ``af**2``), exactly as Hugging Face ``transformers``
 applies it: once.
 
-Every scaling is a frozen (hashable) dataclass; ``resolve`` turns ``None``, a
-scaling object or a Hugging Face ``rope_scaling`` dict into one.
+=================  ==============  ==============================================  =========
+class              ``rope_type``   frequencies                                     dynamic
+=================  ==============  ==============================================  =========
+``Default``        ``default``     ``base**(-2i/d)``                               no
+``Linear``         ``linear``      divided by ``factor`` (position interpolation)  no
+``NTK``            ``ntk``         base ``base * factor**(d/(d-2))`` (NTK-aware)   no
+``DynamicNTK``     ``dynamic``     NTK base from the sequence length               yes
+``YaRN``           ``yarn``        ramp between interpolation and extrapolation    no
+``Llama3``         ``llama3``      wavelength bands (Llama 3.1 / 3.2)              no
+``LongRoPE``       ``longrope``    per-frequency short/long factors                yes
+``Factors``        ``factors``     per-frequency divisors (LongRoPE's building     no
+                                   block)
+=================  ==============  ==============================================  =========
+
+Dynamic scalings read the sequence length ``seq_len = max(pos) + 1`` from the
+positions, in the backend (no value branching: both frequency sets are
+evaluated and ``where`` picks one), so they run under ``jax.jit`` and
+``torch.compile(fullgraph=True)``.  By default ``seq_len`` is the maximum over
+the whole batch, as Hugging Face does; ``per_sequence=True`` takes it per
+batch row (the maximum over the last axis of the positions).
+
+Every scaling is a frozen (hashable) dataclass with plain-value fields;
+``resolve`` turns ``None``, a scaling object or a Hugging Face
+``rope_scaling`` dict into one.  Each scaling also knows Hugging Face's own
+float32 computation of its frequencies (``float32_inv_freq``), used by
+``RoPE(..., angles="float32")`` for bit-for-bit parity on torch.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar
 
 import numpy as np
 
+from ._compat import Array, Namespace, widest_float
+from .angles import exact_cos_sin_positions, float32_recipe
+from .angles import float32_inv_freq as default_float32_inv_freq
 from .angles import inv_freq as default_inv_freq
 
-__all__ = ["Default", "Linear", "Scaling", "from_dict", "from_key", "register", "resolve"]
+__all__ = [
+    "NTK",
+    "Default",
+    "DynamicNTK",
+    "Factors",
+    "Linear",
+    "Llama3",
+    "LongRoPE",
+    "Scaling",
+    "YaRN",
+    "from_dict",
+    "from_key",
+    "register",
+    "resolve",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +79,24 @@ class Scaling:
     def attention_factor(self, dim: int, base: float) -> float:
         """Factor multiplying cos and sin (1.0 unless the scaling says otherwise)."""
         return 1.0
+
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
+        """The frequencies as Hugging Face computes them in float32 (array of ``xp``)."""
+        return default_float32_inv_freq(dim, base, xp=xp, device=device)
+
+
+def _check_factor(cls: str, factor: Any, name: str = "factor") -> None:
+    try:
+        ok = float(factor) >= 1.0 and math.isfinite(float(factor))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{cls} {name} must be a finite number >= 1, got {factor!r}")
+
+
+def _check_length(cls: str, value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"{cls} needs {name} as a positive integer, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +125,477 @@ class Linear(Scaling):
     def inv_freq(self, dim: int, base: float) -> np.ndarray:
         return default_inv_freq(dim, base) / float(self.factor)
 
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
+        return default_float32_inv_freq(dim, base, xp=xp, device=device) / float(self.factor)
 
-_REGISTRY: dict[str, type[Scaling]] = {"default": Default, "linear": Linear}
+
+@dataclasses.dataclass(frozen=True)
+class NTK(Scaling):
+    """NTK-aware scaling: the base becomes ``base * factor**(d / (d - 2))``.
+
+    The lowest frequency is then stretched by ``factor`` while the highest is
+    kept.  (Hugging Face has only the dynamic variant, :class:`DynamicNTK`.)
+
+    Examples
+    --------
+    >>> from rotary.scaling import NTK
+    >>> w = NTK(4.0).inv_freq(8, 10000.0)  # default: [1, 0.1, 0.01, 0.001]
+    >>> float(w[0]), round(float(w[-1] * 4 / 0.001), 6)  # lowest frequency divided by 4
+    (1.0, 1.0)
+    """
+
+    factor: float = 1.0
+    rope_type: ClassVar[str] = "ntk"
+
+    def __post_init__(self) -> None:
+        _check_factor("NTK", self.factor)
+
+    def scaled_base(self, dim: int, base: float) -> float:
+        """The NTK base for ``dim`` rotated features."""
+        return float(base) * float(self.factor) ** (dim / (dim - 2))
+
+    def inv_freq(self, dim: int, base: float) -> np.ndarray:
+        return default_inv_freq(dim, self.scaled_base(dim, base))
+
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
+        return default_float32_inv_freq(dim, self.scaled_base(dim, base), xp=xp, device=device)
+
+
+@dataclasses.dataclass(frozen=True)
+class Factors(Scaling):
+    """Per-frequency divisors: ``inv_i = base**(-2i/d) / factors[i]`` (LongRoPE's short or long set).
+
+    Examples
+    --------
+    >>> from rotary.scaling import Factors
+    >>> Factors((1.0, 2.0)).inv_freq(4, 10000.0)
+    array([1.   , 0.005])
+    """
+
+    factors: tuple[float, ...] = ()
+    rope_type: ClassVar[str] = "factors"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "factors", _float_tuple("Factors", "factors", self.factors))
+
+    def _check_dim(self, dim: int, cls: str = "Factors", name: str = "factors") -> None:
+        if len(self.factors) != dim // 2:
+            raise ValueError(
+                f"{cls} {name} must have rotary_dim // 2 = {dim // 2} entries, got {len(self.factors)}"
+            )
+
+    def attention_factor(self, dim: int, base: float) -> float:
+        self._check_dim(dim)
+        return 1.0
+
+    def inv_freq(self, dim: int, base: float) -> np.ndarray:
+        self._check_dim(dim)
+        return default_inv_freq(dim, base) / np.asarray(self.factors, dtype=np.float64)
+
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
+        # HF (longrope): 1 / (ext * base**(arange(0, d, 2) / d)), all in float32.
+        self._check_dim(dim)
+        ext = xp.asarray(self.factors, dtype=xp.float32, device=device)
+        shape = xp.astype(xp.arange(0, dim, 2, dtype=xp.int64, device=device), xp.float32) / dim
+        return 1.0 / (ext * float(base) ** shape)
+
+
+def _float_tuple(cls: str, name: str, value: Any) -> tuple[float, ...]:
+    if value is None or isinstance(value, (str, bytes)):
+        raise ValueError(f"{cls} needs {name} as a sequence of positive numbers, got {value!r}")
+    try:
+        out = tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{cls} {name} must be a sequence of positive numbers, got {value!r}") from None
+    if not all(math.isfinite(v) and v > 0 for v in out):
+        raise ValueError(f"{cls} {name} must hold finite positive numbers, got {out!r}")
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class YaRN(Scaling):
+    """YaRN (HF ``"yarn"``): interpolate low frequencies, keep high ones, ramp between.
+
+    Parameters
+    ----------
+    factor : float
+        Context extension factor ``s >= 1``.
+    original_max_position_embeddings : int
+        Pre-training context length ``L0``.
+    attention_factor : float, optional
+        Overrides the attention factor; by default ``g(s, mscale) / g(s, mscale_all_dim)`` when
+        both are set (DeepSeek), else ``g(s) = 0.1 ln(s) + 1``.
+    beta_fast, beta_slow : float
+        Rotation counts bounding the ramp (defaults 32 and 1).
+    mscale, mscale_all_dim : float, optional
+        DeepSeek's attention-factor parameters.
+    truncate : bool
+        Round the ramp bounds to integers (HF default True).
+
+    Examples
+    --------
+    >>> from rotary.scaling import YaRN
+    >>> y = YaRN(4.0, 4096)
+    >>> y.correction_range(128, 10000.0)
+    (20, 46)
+    >>> round(y.attention_factor(128, 10000.0), 5)
+    1.13863
+    """
+
+    factor: float
+    original_max_position_embeddings: int
+    attention_factor_: float | None = None
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
+    rope_type: ClassVar[str] = "yarn"
+
+    def __post_init__(self) -> None:
+        _check_factor("YaRN", self.factor)
+        _check_length("YaRN", self.original_max_position_embeddings, "original_max_position_embeddings")
+        # HF: ``beta_fast or 32``, ``beta_slow or 1``.
+        object.__setattr__(self, "beta_fast", float(self.beta_fast or 32.0))
+        object.__setattr__(self, "beta_slow", float(self.beta_slow or 1.0))
+        if self.beta_fast < self.beta_slow:
+            raise ValueError(
+                f"YaRN beta_fast must be >= beta_slow, got beta_fast={self.beta_fast}, "
+                f"beta_slow={self.beta_slow}"
+            )
+        af = self.attention_factor_
+        if af is not None and not (math.isfinite(float(af)) and float(af) > 0):
+            raise ValueError(f"YaRN attention_factor must be a positive number, got {af!r}")
+
+    @staticmethod
+    def _mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    def attention_factor(self, dim: int, base: float) -> float:
+        if self.attention_factor_ is not None:
+            return float(self.attention_factor_)
+        s = float(self.factor)
+        if self.mscale and self.mscale_all_dim:
+            return float(self._mscale(s, self.mscale) / self._mscale(s, self.mscale_all_dim))
+        return self._mscale(s)
+
+    def correction_range(self, dim: int, base: float) -> tuple[float, float]:
+        """The ramp bounds ``(lo, hi)`` in frequency-index units (HF ``find_correction_range``)."""
+        L0 = self.original_max_position_embeddings
+
+        def cd(rot: float) -> float:
+            return (dim * math.log(L0 / (rot * 2 * math.pi))) / (2 * math.log(base))
+
+        lo, hi = cd(self.beta_fast), cd(self.beta_slow)
+        if self.truncate:
+            lo, hi = math.floor(lo), math.ceil(hi)
+        return max(lo, 0), min(hi, dim - 1)
+
+    def _bounds(self, dim: int, base: float) -> tuple[float, float]:
+        lo, hi = self.correction_range(dim, base)
+        if lo == hi:
+            hi += 0.001  # HF: avoid a zero-width ramp
+        return lo, hi
+
+    def inv_freq(self, dim: int, base: float) -> np.ndarray:
+        w = default_inv_freq(dim, base)
+        lo, hi = self._bounds(dim, base)
+        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
+        extrapolation = 1.0 - ramp
+        return (w / float(self.factor)) * (1.0 - extrapolation) + w * extrapolation
+
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
+        f32 = xp.float32
+        pos_freqs = float(base) ** (xp.astype(xp.arange(0, dim, 2, dtype=xp.int64, device=device), f32) / dim)
+        extrap = 1.0 / pos_freqs
+        interp = 1.0 / (float(self.factor) * pos_freqs)
+        lo, hi = self._bounds(dim, base)
+        ramp = xp.clip((xp.arange(dim // 2, dtype=f32, device=device) - lo) / (hi - lo), 0.0, 1.0)
+        ef = 1.0 - ramp
+        return interp * (1.0 - ef) + extrap * ef
+
+
+@dataclasses.dataclass(frozen=True)
+class Llama3(Scaling):
+    """Llama 3 scaling (HF ``"llama3"``): wavelength bands, smooth in between.
+
+    Wavelengths ``2 pi / inv`` shorter than ``L0 / high_freq_factor`` keep their
+    frequency, longer than ``L0 / low_freq_factor`` are divided by ``factor``,
+    the band between interpolates.  Llama 3.1 uses ``factor=8``, Llama 3.2 1B/3B
+    ``factor=32`` (``L0 = 8192``, low 1, high 4).
+
+    Examples
+    --------
+    >>> from rotary.scaling import Llama3
+    >>> w = Llama3(8.0, 8192).inv_freq(128, 500000.0)
+    >>> float(w[0]), float(w[-1] * 8 / Llama3(1.0, 8192).inv_freq(128, 500000.0)[-1])
+    (1.0, 1.0)
+    """
+
+    factor: float
+    original_max_position_embeddings: int
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    rope_type: ClassVar[str] = "llama3"
+
+    def __post_init__(self) -> None:
+        _check_factor("Llama3", self.factor)
+        _check_length("Llama3", self.original_max_position_embeddings, "original_max_position_embeddings")
+        lo, hi = self.low_freq_factor, self.high_freq_factor
+        if not (float(lo) > 0 and float(hi) > float(lo)):
+            raise ValueError(
+                f"Llama3 needs 0 < low_freq_factor < high_freq_factor, got low_freq_factor={lo!r}, "
+                f"high_freq_factor={hi!r}"
+            )
+
+    def _combine(self, inv: Any, where: Any, logical_not: Any, logical_and: Any) -> Any:
+        L0 = self.original_max_position_embeddings
+        lff, hff, s = self.low_freq_factor, self.high_freq_factor, float(self.factor)
+        low_wl, high_wl = L0 / lff, L0 / hff
+        wavelen = 2 * math.pi / inv
+        out = where(wavelen > low_wl, inv / s, inv)
+        smooth = (L0 / wavelen - lff) / (hff - lff)
+        smoothed = (1 - smooth) * out / s + smooth * out
+        medium = logical_and(logical_not(wavelen < high_wl), logical_not(wavelen > low_wl))
+        return where(medium, smoothed, out)
+
+    def inv_freq(self, dim: int, base: float) -> np.ndarray:
+        return self._combine(default_inv_freq(dim, base), np.where, np.logical_not, np.logical_and)
+
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
+        inv = default_float32_inv_freq(dim, base, xp=xp, device=device)
+        return self._combine(inv, xp.where, xp.logical_not, xp.logical_and)
+
+
+# -- dynamic scalings ------------------------------------------------------------------
+
+
+def _seq_len(pos: Array, xp: Namespace, per_sequence: bool) -> Array:
+    """``max(pos) + 1``: a 0-d array, or shape ``pos.shape[:-1] + (1,)`` per sequence."""
+    if per_sequence and pos.ndim >= 1:
+        return xp.max(pos, axis=-1, keepdims=True) + 1
+    return xp.max(pos) + 1
+
+
+def _static_cos_sin(rope: Any, pos: Array, xp: Namespace, dev: Any, dtype: Any) -> tuple[Array, Array]:
+    """cos/sin of ``rope``'s own static frequencies (``scaling.inv_freq``), af not applied."""
+    if rope.angles == "float32":
+        _, inv32 = rope._constants(xp, dev, "float32recipe")
+        c, s = float32_recipe(pos, inv32, xp=xp)
+        if c.dtype != dtype:
+            c, s = xp.astype(c, dtype), xp.astype(s, dtype)
+        return c, s
+    tables, w = rope._constants(xp, dev, dtype)
+    return exact_cos_sin_positions(pos, tables, w, xp=xp, dtype=dtype)
+
+
+_SUB_ROPES: dict[tuple, Any] = {}
+
+
+def _sub_rope(rope: Any, scaling: Scaling) -> Any:
+    """A RoPE like ``rope`` with a static ``scaling`` (cached; a plain dict traces under dynamo)."""
+    k = (rope._key, scaling)
+    sub = _SUB_ROPES.get(k)
+    if sub is None:
+        sub = type(rope)(
+            rope.head_dim,
+            base=rope.base,
+            layout=rope.layout,
+            rotary_dim=rope.rotary_dim,
+            scaling=scaling,
+            angles=rope.angles,
+        )
+        if len(_SUB_ROPES) < 256:
+            _SUB_ROPES[k] = sub
+    return sub
+
+
+def _select(cond: Array, a: tuple[Array, Array], b: tuple[Array, Array], xp: Namespace, per_seq: bool):
+    """``where(cond, a, b)`` for (cos, sin) pairs; ``cond`` is 0-d or ``(..., 1)`` per sequence."""
+    if per_seq and cond.ndim >= 1:
+        cond = cond[..., None]
+    return xp.where(cond, a[0], b[0]), xp.where(cond, a[1], b[1])
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicNTK(Scaling):
+    """Dynamic NTK (HF ``"dynamic"``): the NTK base follows the sequence length.
+
+    With ``L = max_position_embeddings`` and ``n = seq_len = max(pos) + 1``: for
+    ``n <= L`` the default frequencies; beyond, base
+    ``base * (factor * n / L - (factor - 1))**(d / (d - 2))``.
+
+    Parameters
+    ----------
+    factor : float
+        Scaling factor (>= 1).
+    max_position_embeddings : int
+        The length ``L`` beyond which the base grows.
+    per_sequence : bool
+        ``False`` (default, as HF): one ``seq_len`` for the whole batch.  ``True``:
+        ``seq_len`` per batch row, from the last axis of the positions.
+
+    Notes
+    -----
+    Hugging Face's module is stateful: after a long sequence it keeps the grown
+    frequencies for later shorter ones (down to ``L``).  Here the frequencies are
+    a pure function of the positions given, which equals HF on a fresh module.
+    In ``"exact"`` mode the grown branch is computed in the widest float of the
+    backend (float64: error ~1e-12; float32-only backends: the float32 recipe's
+    error); the ``n <= L`` branch is exact.
+
+    Examples
+    --------
+    >>> import numpy as np, rotary
+    >>> rope = rotary.RoPE(8, scaling=rotary.scaling.DynamicNTK(2.0, 16))
+    >>> c_short, _ = rope.cos_sin(np.arange(16))
+    >>> c_long, _ = rope.cos_sin(np.arange(32))
+    >>> bool(np.allclose(c_short, rotary.RoPE(8).cos_sin(np.arange(16))[0]))
+    True
+    >>> bool(np.allclose(c_long[:16], c_short))
+    False
+    """
+
+    factor: float
+    max_position_embeddings: int
+    per_sequence: bool = False
+    rope_type: ClassVar[str] = "dynamic"
+    dynamic: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        _check_factor("DynamicNTK", self.factor)
+        _check_length("DynamicNTK", self.max_position_embeddings, "max_position_embeddings")
+
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
+        # HF's init-time frequencies: the dynamic formula at seq_len = L, in Python floats.
+        L, f = self.max_position_embeddings, float(self.factor)
+        b = float(base) * ((f * L / L) - (f - 1)) ** (dim / (dim - 2))
+        return default_float32_inv_freq(dim, b, xp=xp, device=device)
+
+    def dynamic_cos_sin(
+        self, rope: Any, pos: Array, *, xp: Namespace, device: Any, dtype: Any
+    ) -> tuple[Array, Array]:
+        """cos/sin (attention factor not applied) at ``pos`` for ``rope``; no value branching."""
+        dim, base = rope.rotary_dim, rope.base
+        L, f = self.max_position_embeddings, float(self.factor)
+        n = _seq_len(pos, xp, self.per_sequence)
+        static = _static_cos_sin(rope, pos, xp, device, dtype)
+        if rope.angles == "float32":
+            # HF's tensor path, op for op: seq_len as float32, base in float32, then pow.
+            n32 = xp.astype(xp.clip(n, min=L), xp.float32)
+            b = base * ((f * n32 / L) - (f - 1)) ** (dim / (dim - 2))
+            if b.ndim:
+                b = b[..., None]
+            exps = xp.astype(xp.arange(0, dim, 2, dtype=xp.int64, device=device), xp.float32) / dim
+            inv = 1.0 / (b**exps)
+            ang = xp.astype(pos, xp.float32)[..., None] * inv
+            grown = (xp.cos(ang), xp.sin(ang))
+        else:
+            wd = widest_float(xp, device)
+            nf = xp.clip(xp.astype(n, wd), min=float(L))
+            log_b = math.log(base) + (dim / (dim - 2)) * xp.log(f * nf / L - (f - 1))
+            if log_b.ndim:
+                log_b = log_b[..., None]
+            exps = xp.arange(0, dim, 2, dtype=wd, device=device) / dim
+            inv = xp.exp(-exps * log_b)
+            ang = xp.astype(pos, wd)[..., None] * inv
+            grown = (xp.cos(ang), xp.sin(ang))
+        if grown[0].dtype != dtype:
+            grown = (xp.astype(grown[0], dtype), xp.astype(grown[1], dtype))
+        return _select(n > L, grown, static, xp, self.per_sequence)
+
+
+@dataclasses.dataclass(frozen=True)
+class LongRoPE(Scaling):
+    """LongRoPE (HF ``"longrope"``, Phi-3): per-frequency factors, short or long by sequence length.
+
+    ``inv_i = base**(-2i/d) / ext_i`` with ``ext = long_factor`` when
+    ``seq_len = max(pos) + 1 > original_max_position_embeddings`` else ``short_factor``.
+
+    Parameters
+    ----------
+    short_factor, long_factor : sequence of float
+        ``rotary_dim // 2`` positive factors each.
+    original_max_position_embeddings : int
+        Pre-training context length ``L0``.
+    factor : float, optional
+        Extension factor (HF default ``max_position_embeddings / L0``); sets the
+        attention factor ``sqrt(1 + ln(factor) / ln(L0))`` (1 when ``factor <= 1``).
+    attention_factor_ : float, optional
+        Overrides the attention factor.
+    per_sequence : bool
+        ``True``: choose short/long per batch row instead of for the whole batch.
+
+    Examples
+    --------
+    >>> from rotary.scaling import LongRoPE
+    >>> sc = LongRoPE((1.0,) * 64, (4.0,) * 64, 4096, factor=32.0)
+    >>> round(sc.attention_factor(128, 10000.0), 5)
+    1.19024
+    """
+
+    short_factor: tuple[float, ...]
+    long_factor: tuple[float, ...]
+    original_max_position_embeddings: int
+    factor: float | None = None
+    attention_factor_: float | None = None
+    per_sequence: bool = False
+    rope_type: ClassVar[str] = "longrope"
+    dynamic: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        short = _float_tuple("LongRoPE", "short_factor", self.short_factor)
+        long = _float_tuple("LongRoPE", "long_factor", self.long_factor)
+        if len(short) != len(long):
+            raise ValueError(
+                f"LongRoPE short_factor and long_factor must have the same length, got {len(short)} "
+                f"and {len(long)}"
+            )
+        object.__setattr__(self, "short_factor", short)
+        object.__setattr__(self, "long_factor", long)
+        _check_length("LongRoPE", self.original_max_position_embeddings, "original_max_position_embeddings")
+        if self.factor is None and self.attention_factor_ is None:
+            raise ValueError(
+                "LongRoPE needs factor (max_position_embeddings / original_max_position_embeddings) "
+                "or attention_factor"
+            )
+        if self.factor is not None and not (math.isfinite(float(self.factor)) and float(self.factor) > 0):
+            raise ValueError(f"LongRoPE factor must be a positive number, got {self.factor!r}")
+        af = self.attention_factor_
+        if af is not None and not (math.isfinite(float(af)) and float(af) > 0):
+            raise ValueError(f"LongRoPE attention_factor must be a positive number, got {af!r}")
+
+    def _check_dim(self, dim: int) -> None:
+        for name in ("short_factor", "long_factor"):
+            Factors(getattr(self, name))._check_dim(dim, "LongRoPE", name)
+
+    def attention_factor(self, dim: int, base: float) -> float:
+        self._check_dim(dim)
+        if self.attention_factor_ is not None:
+            return float(self.attention_factor_)
+        s = float(self.factor)  # type: ignore[arg-type]
+        if s <= 1.0:
+            return 1.0
+        return math.sqrt(1 + math.log(s) / math.log(self.original_max_position_embeddings))
+
+    def inv_freq(self, dim: int, base: float) -> np.ndarray:
+        """The short-factor frequencies (used while ``seq_len <= L0``)."""
+        return Factors(self.short_factor).inv_freq(dim, base)
+
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
+        return Factors(self.short_factor).float32_inv_freq(dim, base, xp=xp, device=device)
+
+    def dynamic_cos_sin(
+        self, rope: Any, pos: Array, *, xp: Namespace, device: Any, dtype: Any
+    ) -> tuple[Array, Array]:
+        """cos/sin (attention factor not applied) at ``pos`` for ``rope``; no value branching."""
+        n = _seq_len(pos, xp, self.per_sequence)
+        short = _sub_rope(rope, Factors(self.short_factor))._half_cos_sin(pos, xp, device, dtype)
+        long = _sub_rope(rope, Factors(self.long_factor))._half_cos_sin(pos, xp, device, dtype)
+        return _select(n > self.original_max_position_embeddings, long, short, xp, self.per_sequence)
+
+
+_REGISTRY: dict[str, type[Scaling]] = {}
 
 
 def register(cls: type[Scaling]) -> type[Scaling]:
@@ -75,6 +604,10 @@ def register(cls: type[Scaling]) -> type[Scaling]:
     their plain-value key)."""
     _REGISTRY[cls.rope_type] = cls
     return cls
+
+
+for _cls in (Default, Linear, NTK, Factors, YaRN, Llama3, DynamicNTK, LongRoPE):
+    register(_cls)
 
 
 def key(scaling: Scaling) -> tuple:
@@ -102,11 +635,44 @@ def resolve(scaling: Any) -> Scaling:
     )
 
 
-def from_dict(d: dict[str, Any]) -> Scaling:
-    """Build a scaling from a Hugging Face ``rope_scaling`` / ``rope_parameters`` dict."""
+#: HF dict keys whose dataclass field has another name.
+_RENAMES = {"attention_factor": "attention_factor_"}
+
+
+def from_dict(d: dict[str, Any], **defaults: Any) -> Scaling:
+    """Build a scaling from a Hugging Face ``rope_scaling`` / ``rope_parameters`` dict.
+
+    ``defaults`` fill fields the dict lacks (``from_hf`` passes
+    ``max_position_embeddings`` and ``original_max_position_embeddings``); keys
+    that are not fields of the scaling (``rope_theta``, ``partial_rotary_factor``...)
+    are ignored.  ``None`` values count as absent.
+
+    Examples
+    --------
+    >>> from rotary.scaling import from_dict
+    >>> from_dict({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096})
+    YaRN(factor=4.0, original_max_position_embeddings=4096, attention_factor_=None, beta_fast=32.0, \
+beta_slow=1.0, mscale=None, mscale_all_dim=None, truncate=True)
+    """
+    if not isinstance(d, dict):
+        raise TypeError(f"rope_scaling must be a dict, got {type(d).__name__}")
     kind = d.get("rope_type", d.get("type", "default"))
     if kind not in _REGISTRY:
         raise ValueError(f"unknown scaling rope_type {kind!r}; known: {sorted(_REGISTRY)}")
     cls = _REGISTRY[kind]
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in d.items() if k in names})
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kw: dict[str, Any] = {k: v for k, v in defaults.items() if k in fields and v is not None}
+    for k, v in d.items():
+        name = _RENAMES.get(k, k)
+        if name in fields and v is not None:
+            kw[name] = v
+    missing = [
+        n
+        for n, f in fields.items()
+        if n not in kw and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ValueError(
+            f"rope_type {kind!r} needs {', '.join(repr(m) for m in missing)} in the scaling dict"
+        )
+    return cls(**kw)

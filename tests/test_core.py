@@ -290,3 +290,17 @@ def test_read_only_numpy_input_not_mutated(rng):
     out = rotary.rotate(x, [0, 1, 2], layout="interleaved", rotary_dim=4)
     np.testing.assert_array_equal(x, before)
     assert out is not x and out.flags.writeable
+
+
+def test_torch_compile_several_configs_one_function(rng):
+    """Recompiling for another RoPE (another base) must not break the constant tables."""
+    torch = pytest.importorskip("torch")
+    x = torch.tensor(rng.normal(size=(1, 2, 6, 32)), dtype=torch.float32)
+
+    @torch.compile(fullgraph=True)
+    def f(rope, q, pos):
+        return rope.rotate(q, pos)
+
+    for base in (1e4, 5e5, 7e3):
+        rope = rotary.RoPE(32, base=base)
+        torch.testing.assert_close(f(rope, x, torch.arange(6)), rope.rotate(x, torch.arange(6)))
