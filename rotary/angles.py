@@ -294,7 +294,7 @@ def _eager_take_ops(flat: Array, tables: Array) -> tuple | None:
     if mod == "torch" and type(flat).__name__ == "Tensor" and type(tables).__name__ == "Tensor":
         import torch
 
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or flat.device.type != "cpu":
             return None
         f = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
         if f is not None and f(flat):

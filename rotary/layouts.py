@@ -100,6 +100,7 @@ def _eager_out_ops(x: Array, cos: Array, sin: Array) -> tuple | None:
 
         if (
             torch.compiler.is_compiling()
+            or x.device.type != "cpu"  # accelerators: one fused kernel beats many small blocks
             or (torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad))
             or x.layout != torch.strided
             or _functorch_wrapped(torch, x)
