@@ -148,10 +148,32 @@ def check_positions_values(pos: Array, xp: Namespace, name: str) -> None:
     if is_real_floating(xp, pos.dtype):
         if not bool(xp.all(xp.isfinite(pos))):
             raise ValueError(f"{name} contains NaN or infinite positions")
-    if pos.ndim and math.prod(pos.shape) == 0:
+        if pos.ndim and math.prod(pos.shape) == 0:
+            return
+        big = float(xp.max(xp.abs(pos)) if pos.ndim else xp.abs(pos))
+        _check_bound(big, name)
         return
-    big = xp.max(xp.abs(pos)) if pos.ndim else xp.abs(pos)
-    if float(big) >= MAX_EXACT_POSITION:
+    positions_range(pos, xp, name)
+
+
+def positions_range(pos: Array, xp: Namespace, name: str) -> tuple[int, int] | None:
+    """``(min, max)`` of concrete integer positions, checked against the exact-angle range.
+
+    ``None`` for an empty ``pos``.  The caller guarantees ``pos`` is concrete and integral.
+    """
+    n = math.prod(pos.shape)
+    if n == 0:
+        return None
+    if n == 1:
+        lo = hi = int(pos[(0,) * pos.ndim])
+    else:
+        lo, hi = int(xp.min(pos)), int(xp.max(pos))
+    _check_bound(max(-lo, hi), name)
+    return lo, hi
+
+
+def _check_bound(big: float, name: str) -> None:
+    if big >= MAX_EXACT_POSITION:
         raise ValueError(
             f"{name} contains |position| >= 2**36 ({float(big):.6g}); rotary's exact angle "
             "tables cover |position| < 2**36"

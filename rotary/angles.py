@@ -193,18 +193,41 @@ def backend_tables(w: np.ndarray, *, xp: Namespace, device: Any, dtype: Any) -> 
 
 
 def exact_cos_sin(
-    pos: Array, tables: Array, w: np.ndarray, *, xp: Namespace, dtype: Any
+    pos: Array,
+    tables: Array,
+    w: np.ndarray,
+    *,
+    xp: Namespace,
+    dtype: Any,
+    levels: int | None = None,
+    nonneg: bool = False,
 ) -> tuple[Array, Array]:
-    """Exact-method cos/sin; ``w`` is the inverse-frequency array of ``xp`` in ``dtype``."""
+    """Exact-method cos/sin; ``w`` is the inverse-frequency array of ``xp`` in ``dtype``.
+
+    ``levels`` (default: from the position dtype, :func:`levels_for`) and ``nonneg`` are
+    static hints from a caller that has checked concrete positions: every ``|pos|`` is below
+    ``4096**levels``, and every position is ``>= 0``.  Skipped levels have digit 0 (table
+    entry exactly ``(1, 0)``) and a skipped sign is ``+1``, so the hints change no bit of the
+    result, only the work.
+    """
     n = w.shape[0]
     shape = tuple(pos.shape)
     flat = xp.reshape(pos, (-1,))
-    sign = 1.0 - 2.0 * xp.astype(flat < 0, dtype)
     is_float = is_real_floating(xp, flat.dtype)
-    levels = levels_for(flat.dtype, xp)
+    if levels is None:
+        levels = levels_for(flat.dtype, xp)
+    levels = max(1, min(int(levels), LEVELS))
+    if not is_float:
+        flat = _int32_at_least(flat, xp)
+        ops = _eager_take_ops(flat, tables)
+        if ops is not None:
+            c, s = _exact_int_blocked(xp.abs(flat) if not nonneg else flat, tables, levels, n, ops)
+            if not nonneg:
+                s = s * (1.0 - 2.0 * xp.astype(flat < 0, dtype))[:, None]
+            return xp.reshape(c, (*shape, n)), xp.reshape(s, (*shape, n))
     if is_float:
         flat = xp.astype(flat, dtype) if flat.dtype != dtype else flat
-        mag = xp.abs(flat)
+        mag = xp.abs(flat) if not nonneg else flat
         whole = xp.floor(mag)
         frac = mag - whole
         rest = whole
@@ -213,16 +236,19 @@ def exact_cos_sin(
             digits.append(xp.astype(rest % _RADIX, xp.int32))
             rest = xp.floor(rest / _RADIX)
     else:
-        rest = xp.abs(flat)
+        rest = xp.abs(flat) if not nonneg else flat
         digits = []
         for _ in range(levels):
-            digits.append(rest % _RADIX)
-            rest = rest // _RADIX
+            # non-negative integers: & and >> are % and // without the division
+            digits.append(rest & (_RADIX - 1))
+            rest = rest >> DIGIT_BITS
         frac = None
 
     c = s = None
     for level, d in enumerate(digits):
-        t = xp.take(tables[level, ...], d, axis=0)  # (P, 2, n)
+        # gather rows of the (4096, 2 n) view: one contiguous row per position (a 3-d take is
+        # up to 1000x slower on torch CPU)
+        t = xp.reshape(xp.take(xp.reshape(tables[level, ...], (_RADIX, 2 * n)), d, axis=0), (-1, 2, n))
         tc, ts = t[:, 0, :], t[:, 1, :]
         if c is None:
             c, s = tc, ts
@@ -232,8 +258,113 @@ def exact_cos_sin(
         ang = frac[:, None] * w
         fc, fs = xp.cos(ang), xp.sin(ang)
         c, s = c * fc - s * fs, s * fc + c * fs
-    s = s * sign[:, None]
+    if not nonneg:
+        sign = 1.0 - 2.0 * xp.astype(xp.reshape(pos, (-1,)) < 0, dtype)
+        s = s * sign[:, None]
     return xp.reshape(c, (*shape, n)), xp.reshape(s, (*shape, n))
+
+
+def _int32_at_least(flat: Array, xp: Namespace) -> Array:
+    """Small integer dtypes cannot hold the radix: widen them (exact)."""
+    try:
+        bits = xp.iinfo(flat.dtype).bits
+    except Exception:
+        return flat
+    return xp.astype(flat, xp.int32) if bits < 32 else flat
+
+
+# -- eager fast path -------------------------------------------------------------------------------
+# For concrete integer positions on NumPy (and torch outside torch.compile) the digit gathers and
+# the angle-addition products run block by block into preallocated buffers (``out=``), so the
+# intermediates stay in cache and the output is written once.  Same operations in the same order
+# as the generic loop above: bit-identical results.  Measured: about 3x faster than the generic
+# loop for 128k positions on NumPy (see ``benchmarks/``, section "table 128k").
+_BLOCK_BYTES = 1 << 18
+
+
+def _eager_take_ops(flat: Array, tables: Array) -> tuple | None:
+    mod = type(flat).__module__
+    if mod == "numpy" and type(flat).__name__ == "ndarray" and type(tables).__name__ == "ndarray":
+
+        def take_into(table: Array, idx: Array, out: Array) -> None:
+            np.take(table, idx, axis=0, out=out)
+
+        kw = {"dtype": tables.dtype}
+        return (np.empty, take_into, np.multiply, np.subtract, np.add, kw, np.ascontiguousarray)
+    if mod == "torch" and type(flat).__name__ == "Tensor" and type(tables).__name__ == "Tensor":
+        import torch
+
+        if torch.compiler.is_compiling() or flat.device.type != "cpu":
+            return None
+        f = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+        if f is not None and f(flat):
+            return None
+
+        def take_into(table: Array, idx: Array, out: Array) -> None:
+            # 2-d contiguous rows: torch's index_select is orders of magnitude slower on 3-d tables
+            torch.index_select(table, 0, idx, out=out)
+
+        kw = {"dtype": tables.dtype, "device": tables.device}
+        return (torch.empty, take_into, torch.mul, torch.sub, torch.add, kw, torch.Tensor.contiguous)
+    return None
+
+
+_SPLIT: dict[int, tuple] = {}
+
+
+def _split_tables(tables: Array, levels: int, ops: tuple) -> list:
+    """Contiguous ``(4096, n)`` cos and sin tables per level (cached per ``tables`` object):
+    gathers and products on contiguous rows run 5x faster than on the interleaved view."""
+    hit = _SPLIT.get(id(tables))
+    if hit is None or hit[0] is not tables:
+        copy = ops[6]
+        hit = (tables, [(copy(tables[lv, :, 0, :]), copy(tables[lv, :, 1, :])) for lv in range(LEVELS)])
+        if len(_SPLIT) >= 64:
+            _SPLIT.clear()
+        _SPLIT[id(tables)] = hit
+    return hit[1][:levels]
+
+
+def _exact_int_blocked(a: Array, tables: Array, levels: int, n: int, ops: tuple) -> tuple[Array, Array]:
+    """cos and sin, each ``(P, n)``, of non-negative integer positions ``a`` (1-D)."""
+    empty, take_into, mul, sub, add, kw, _ = ops
+    p = a.shape[0]
+    c_out, s_out = empty((p, n), **kw), empty((p, n), **kw)
+    if p == 0:
+        return c_out, s_out
+    split = _split_tables(tables, levels, ops)
+    step = max(1, min(p, _BLOCK_BYTES // (2 * n * tables.itemsize)))
+    bufs = [empty((step, n), **kw) for _ in range(7)]
+    mask = _RADIX - 1
+    for i in range(0, p, step):
+        j = min(i + step, p)
+        m = j - i
+        rest = a[i:j]
+        ac, as_, bc, bs, nc, ns, t = (bb[:m] for bb in bufs)
+        if levels == 1:
+            idx = rest & mask
+            take_into(split[0][0], idx, c_out[i:j])
+            take_into(split[0][1], idx, s_out[i:j])
+            continue
+        idx = rest & mask
+        take_into(split[0][0], idx, ac)
+        take_into(split[0][1], idx, as_)
+        for level in range(1, levels):
+            rest = rest >> DIGIT_BITS
+            idx = rest & mask
+            take_into(split[level][0], idx, bc)
+            take_into(split[level][1], idx, bs)
+            last = level == levels - 1
+            dc, ds = (c_out[i:j], s_out[i:j]) if last else (nc, ns)
+            mul(ac, bc, out=dc)
+            mul(as_, bs, out=t)
+            sub(dc, t, out=dc)  # c * tc - s * ts
+            mul(as_, bc, out=ds)
+            mul(ac, bs, out=t)
+            add(ds, t, out=ds)  # s * tc + c * ts
+            if not last:
+                ac, as_, nc, ns = dc, ds, ac, as_
+    return c_out, s_out
 
 
 def exact_cos_sin_positions(

@@ -12,6 +12,7 @@ __all__ = ["apply", "rotate"]
 
 
 _ROPES: dict[tuple, RoPE] = {}
+_ROPES_PLAIN: dict[tuple, RoPE] = {}  # scaling=None, keyed by the raw arguments
 
 
 def _rope(
@@ -62,6 +63,14 @@ def _rope_for(
             f"rotary_dim={rotary_dim} is larger than the head dimension {name}.shape[-1]={head_dim}"
         )
     try:
+        if scaling is None:  # the common case: skip building and hashing Default() per call
+            fast = (head_dim, base, layout, rotary_dim, angles, partial)
+            rope = _ROPES_PLAIN.get(fast)
+            if rope is None:
+                rope = _rope(head_dim, base, layout, rotary_dim, resolve(None), angles, partial)
+                if len(_ROPES_PLAIN) < 256:
+                    _ROPES_PLAIN[fast] = rope
+            return rope
         hash(base)
         return _rope(head_dim, base, layout, rotary_dim, resolve(scaling), angles, partial)
     except TypeError as e:

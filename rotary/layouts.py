@@ -47,6 +47,20 @@ def rotate_pairs(x: Array, cos: Array, sin: Array, *, layout: str, rotary_dim: i
     out_dtype = x.dtype
     if x.dtype != cos.dtype:
         x = xp.astype(x, cos.dtype)
+    ops = _eager_out_ops(x, cos, sin)
+    if ops is not None:
+        out = _rotate_into(x, cos, sin, layout, rotary_dim, ops)
+    else:
+        out = _rotate_functional(x, cos, sin, layout, rotary_dim, xp)
+    if out.dtype != out_dtype:
+        out = xp.astype(out, out_dtype)
+    return out
+
+
+def _rotate_functional(
+    x: Array, cos: Array, sin: Array, layout: str, rotary_dim: int, xp: Namespace
+) -> Array:
+    """The array-API formula (every backend; what jit/compile trace and fuse)."""
     d = x.shape[-1]
     h = rotary_dim // 2
     if layout == "half":
@@ -55,17 +69,179 @@ def rotate_pairs(x: Array, cos: Array, sin: Array, *, layout: str, rotary_dim: i
         parts = [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
         if rotary_dim < d:
             parts.append(x[..., rotary_dim:])
-        out = xp.concat(parts, axis=-1)
-    else:
-        lead = tuple(x.shape[:-1])
-        pairs = xp.reshape(x[..., :rotary_dim], (*lead, h, 2))
-        xe, xo = pairs[..., 0], pairs[..., 1]
-        rot = xp.stack([xe * cos - xo * sin, xo * cos + xe * sin], axis=-1)
-        rot = xp.reshape(rot, (*lead, rotary_dim))
-        out = xp.concat([rot, x[..., rotary_dim:]], axis=-1) if rotary_dim < d else rot
-    if out.dtype != out_dtype:
-        out = xp.astype(out, out_dtype)
+        return xp.concat(parts, axis=-1)
+    lead = tuple(x.shape[:-1])
+    pairs = xp.reshape(x[..., :rotary_dim], (*lead, h, 2))
+    xe, xo = pairs[..., 0], pairs[..., 1]
+    rot = xp.stack([xe * cos - xo * sin, xo * cos + xe * sin], axis=-1)
+    rot = xp.reshape(rot, (*lead, rotary_dim))
+    return xp.concat([rot, x[..., rotary_dim:]], axis=-1) if rotary_dim < d else rot
+
+
+# -- eager fast path -------------------------------------------------------------------------------
+# NumPy (and torch in eager mode without autograd) can write into a freshly allocated output with
+# ``out=`` ufuncs: no temporaries of the full size, and the work is cut into blocks of about
+# ``_BLOCK_BYTES`` so that each block's operands stay in the L2 cache between the six passes.
+# It computes exactly the functional formula (same operations, same order, same rounding).
+# Measured on the 2-core CPU machine at (1, 32, 4096, 128) float32: NumPy about 4x faster than
+# the functional path; see ``benchmarks/``.  Inputs are never written.
+_BLOCK_BYTES = 1 << 18
+
+
+def _eager_out_ops(x: Array, cos: Array, sin: Array) -> tuple | None:
+    """(empty_like, multiply, subtract, add, broadcast_to) when the ``out=`` path applies."""
+    mod = type(x).__module__
+    if mod == "numpy" and type(x).__name__ == "ndarray":
+        if type(cos) is np.ndarray and type(sin) is np.ndarray:
+            return (np.empty_like, np.multiply, np.subtract, np.add, np.broadcast_to)
+        return None
+    if mod == "torch" and type(x).__name__ == "Tensor":
+        import torch
+
+        if (
+            torch.compiler.is_compiling()
+            or x.device.type != "cpu"  # accelerators: one fused kernel beats many small blocks
+            or (torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad))
+            or x.layout != torch.strided
+            or _functorch_wrapped(torch, x)
+            or not (type(cos) is torch.Tensor and type(sin) is torch.Tensor)
+        ):
+            return None
+        return (torch.empty_like, torch.mul, torch.sub, torch.add, torch.broadcast_to)
+    return None
+
+
+def _functorch_wrapped(torch: object, x: Array) -> bool:
+    f = getattr(getattr(getattr(torch, "_C", None), "_functorch", None), "is_functorch_wrapped_tensor", None)
+    return bool(f(x)) if f is not None else False
+
+
+def _blocks(lead: tuple, row_bytes: int) -> list:
+    """Index tuples over ``lead`` cutting it into blocks of about ``_BLOCK_BYTES``."""
+    inner = row_bytes
+    sizes = []
+    for n in reversed(lead):
+        sizes.append(inner)
+        inner *= n
+    sizes.reverse()  # sizes[a]: bytes of one index of axis a
+    a = next((i for i, per in enumerate(sizes) if per <= _BLOCK_BYTES), len(sizes) - 1)
+    step = max(1, _BLOCK_BYTES // sizes[a])
+    out = []
+    for head in _ndindex(lead[:a]):
+        for i in range(0, lead[a], step):
+            out.append((*head, slice(i, min(i + step, lead[a]))))
     return out
+
+
+def _ndindex(shape: tuple) -> list:
+    idx: list[tuple] = [()]
+    for n in shape:
+        idx = [(*t, i) for t in idx for i in range(n)]
+    return idx
+
+
+def _rotate_into(x: Array, cos: Array, sin: Array, layout: str, rotary_dim: int, ops: tuple) -> Array:
+    empty_like, mul, sub, add, broadcast_to = ops
+    d = x.shape[-1]
+    h = rotary_dim // 2
+    if rotary_dim == d and type(x).__module__ == "numpy":
+        return _rotate_into_np_full(x, cos, sin, layout, h)
+    out = empty_like(x)
+    if rotary_dim < d:
+        out[..., rotary_dim:] = x[..., rotary_dim:]
+    if layout == "half":
+        x1, x2, o1, o2 = x[..., :h], x[..., h:rotary_dim], out[..., :h], out[..., h:rotary_dim]
+    else:
+        x1, x2 = x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
+        o1, o2 = out[..., 0:rotary_dim:2], out[..., 1:rotary_dim:2]
+    lead = tuple(x.shape[:-1])
+    row_bytes = d * x.itemsize
+    if row_bytes * _prod(lead) <= 2 * _BLOCK_BYTES or not lead:
+        _rotate_block(x1, x2, cos, sin, o1, o2, empty_like(o1), mul, sub, add)
+        return out
+    cos = broadcast_to(cos, (*lead, h))
+    sin = broadcast_to(sin, (*lead, h))
+    blocks = _blocks(lead, row_bytes)
+    tmp = empty_like(o1[blocks[0]])
+    for b in blocks:
+        t = tmp if tmp.shape == o1[b].shape else empty_like(o1[b])
+        _rotate_block(x1[b], x2[b], cos[b], sin[b], o1[b], o2[b], t, mul, sub, add)
+    return out
+
+
+def _rotate_into_np_full(x: Array, cos: Array, sin: Array, layout: str, h: int) -> Array:
+    """NumPy, whole head rotated: ``out = x * C + swap(x) * S`` block by block.
+
+    ``C`` repeats ``cos`` for both features of a pair and ``S`` holds ``[-sin, sin]`` (the sign
+    folded into a small per-call table), both laid out for ``layout``; ``swap`` exchanges the
+    two features of every pair.  ``a + (-b) == a - b`` exactly, so this is the functional
+    formula to the bit.  Half layout: ``swap`` is a view (pair axis reversed by a negative
+    stride); interleaved: that view would leave an inner loop of length 2, so the swap is
+    copied into the block's scratch buffer instead (measured 3x faster).
+    """
+    lead = tuple(x.shape[:-1])
+    d = x.shape[-1]
+    out = np.empty(x.shape, dtype=x.dtype)
+    if layout == "half":
+        shp = (*lead, 2, h)
+        xv, ov = x.reshape(shp), out.reshape(shp)
+        xs = xv[..., ::-1, :]  # swap as a view
+        c2 = cos[..., None, :]
+        s2 = np.multiply(sin[..., None, :], _sign(sin.dtype, 0))
+    else:
+        xv, ov, xs = x, out, None
+        c2 = np.repeat(cos, 2, axis=-1)
+        s2 = np.multiply(sin[..., :, None], _sign(sin.dtype, 1))
+        s2 = s2.reshape((*s2.shape[:-2], d))
+    row_bytes = d * x.itemsize
+    if row_bytes * _prod(lead) <= 2 * _BLOCK_BYTES or not lead:
+        blocks: list = [(...,)]
+    else:
+        c2 = np.broadcast_to(c2, (*lead, *c2.shape[len(c2.shape) - len(ov.shape) + len(lead) :]))
+        s2 = np.broadcast_to(s2, (*lead, *s2.shape[len(s2.shape) - len(ov.shape) + len(lead) :]))
+        blocks = _blocks(lead, row_bytes)
+    tmp = np.empty(ov[blocks[0]].shape, dtype=x.dtype)
+    for b in blocks:
+        ob = ov[b]
+        t = tmp if tmp.shape == ob.shape else np.empty(ob.shape, dtype=x.dtype)
+        np.multiply(xv[b], c2[b], out=ob)
+        if xs is not None:
+            np.multiply(xs[b], s2[b], out=t)
+        else:
+            xp_, tp = xv[b].reshape((*t.shape[:-1], h, 2)), t.reshape((*t.shape[:-1], h, 2))
+            np.copyto(tp[..., 0], xp_[..., 1])
+            np.copyto(tp[..., 1], xp_[..., 0])
+            np.multiply(t, s2[b], out=t)
+        np.add(ob, t, out=ob)
+    return out
+
+
+_SIGNS: dict = {}
+
+
+def _sign(dtype: object, interleaved: int) -> Array:
+    """``[-1, 1]`` along the pair axis, shape ``(2, 1)`` (half) or ``(1, 2)`` (interleaved)."""
+    out = _SIGNS.get((dtype, interleaved))
+    if out is None:
+        out = np.array([-1.0, 1.0], dtype=dtype).reshape((1, 2) if interleaved else (2, 1))
+        _SIGNS[(dtype, interleaved)] = out
+    return out
+
+
+def _rotate_block(x1, x2, c, s, o1, o2, t, mul, sub, add) -> None:
+    mul(x1, c, out=o1)
+    mul(x2, s, out=t)
+    sub(o1, t, out=o1)  # x1 * c - x2 * s
+    mul(x2, c, out=o2)
+    mul(x1, s, out=t)
+    add(o2, t, out=o2)  # x2 * c + x1 * s
+
+
+def _prod(shape: tuple) -> int:
+    n = 1
+    for v in shape:
+        n *= v
+    return n
 
 
 # -- layout conversion -----------------------------------------------------------------

@@ -15,15 +15,20 @@ from ._compat import (
     array_namespace,
     compute_dtype,
     creation_device,
+    is_concrete,
     is_dask_namespace,
     is_jax_namespace,
+    is_real_floating,
     is_torch_namespace,
     namespace_key,
     widest_float,
 )
 from .angles import (
+    _RADIX,
     ANGLE_METHODS,
+    LEVELS,
     backend_tables,
+    exact_cos_sin,
     exact_cos_sin_positions,
     float32_inv_freq,
     float32_recipe,
@@ -196,11 +201,18 @@ class RoPE:
         return _constants(self._key, xp, dev, dtype)
 
     def _half_cos_sin(
-        self, pos: Array, xp: Namespace, dev: Any, dtype: Any, out_dtype: Any = None
+        self,
+        pos: Array,
+        xp: Namespace,
+        dev: Any,
+        dtype: Any,
+        out_dtype: Any = None,
+        rng: tuple[int, int] | None = None,
     ) -> tuple[Array, Array]:
         """cos, sin of shape ``pos.shape + (rotary_dim // 2,)`` in ``dtype``, af applied.
 
         ``out_dtype``: cast to it after the attention factor (HF order in float32 mode).
+        ``rng``: ``(min, max)`` of concrete integer positions when the caller already has it.
         """
         if self.scaling.dynamic:
             c, s = self.scaling.dynamic_cos_sin(self, pos, xp=xp, device=dev, dtype=dtype)
@@ -210,13 +222,41 @@ class RoPE:
             if c.dtype != dtype:
                 c, s = xp.astype(c, dtype), xp.astype(s, dtype)
         else:
-            tables, w = self._constants(xp, dev, dtype)
-            c, s = exact_cos_sin_positions(pos, tables, w, xp=xp, dtype=dtype)
+            c, s = self._exact_half(pos, xp, dev, dtype, rng)
         if self._af != 1.0:
             c, s = c * self._af, s * self._af
         if out_dtype is not None and c.dtype != out_dtype:
             c, s = xp.astype(c, out_dtype), xp.astype(s, out_dtype)
         return c, s
+
+    def _exact_half(
+        self, pos: Array, xp: Namespace, dev: Any, dtype: Any, rng: tuple[int, int] | None
+    ) -> tuple[Array, Array]:
+        """Exact-method cos/sin.  Concrete integer positions (eager only: their range is read)
+        within ``[0, _POS_TABLE_MAX)`` are looked up in a per-position table built once with the
+        same exact method (so the values are the same bits); other concrete ones skip the digit
+        levels and the sign their range does not need.  Traced positions take the generic path."""
+        if rng is None:
+            rng = _concrete_int_range(pos, xp)
+        levels, nonneg = None, False
+        if rng is not None:
+            lo, hi = rng
+            if 0 <= lo and hi < _POS_TABLE_MAX:
+                table = _POS_TABLES.get((self._token, xp, dev, dtype))
+                if table is None or table.shape[0] <= hi:
+                    table = _position_table(self._token, self._constants(xp, dev, dtype), xp, dev, dtype, hi)
+                n = table.shape[-1] // 2
+                t = _take_rows(table, pos if pos.ndim == 1 else xp.reshape(pos, (-1,)), xp)
+                c, s = t[:, :n], t[:, n:]
+                if pos.ndim == 1:
+                    return c, s
+                shape = (*pos.shape, n)
+                return xp.reshape(c, shape), xp.reshape(s, shape)
+            levels, nonneg = _levels_for_range(lo, hi), lo >= 0
+        tables, w = self._constants(xp, dev, dtype)
+        if levels is None:
+            return exact_cos_sin_positions(pos, tables, w, xp=xp, dtype=dtype)
+        return exact_cos_sin(pos, tables, w, xp=xp, dtype=dtype, levels=levels, nonneg=nonneg)
 
     def _rot_dtype(self, x: Array) -> Any:
         """Float32 mode rotates in the input dtype, as Hugging Face does (cos/sin cast to it)."""
@@ -308,6 +348,11 @@ class RoPE:
         >>> bool(np.allclose((qr * qr).sum(-1), (q * q).sum(-1), rtol=1e-5))
         True
         """
+        sig = _eager_signature(q, k, pos) if k_pos is None else None
+        if sig is not None:
+            hit = _SIGNATURES.get((self._token, sig))
+            if hit is not None:
+                return self._apply_checked(q, k, pos, *hit)
         xp = array_namespace(q, k, pos, k_pos, names=("q", "k", "pos", "k_pos"))
         for name, a in (("q", q), ("k", k)):
             if not is_array_api_obj(a):
@@ -340,7 +385,25 @@ class RoPE:
             c, s = self._half_cos_sin(pos, xp, dev, cdt, self._rot_dtype(q))
             ck, sk = self._half_cos_sin(k_pos, xp, dev, cdt, self._rot_dtype(k))
         kw = {"layout": self.layout, "rotary_dim": self._rot_width, "xp": xp}
-        return rotate_pairs(q, c, s, **kw), rotate_pairs(k, ck, sk, **kw)
+        out = rotate_pairs(q, c, s, **kw), rotate_pairs(k, ck, sk, **kw)
+        if sig is not None and len(_SIGNATURES) < 1024:
+            # Everything checked above depends only on ``sig``: later calls skip it.
+            _SIGNATURES[(self._token, sig)] = (xp, dev, cdt, not is_real_floating(xp, pos.dtype))
+        return out
+
+    def _apply_checked(
+        self, q: Array, k: Array, pos: Array, xp: Namespace, dev: Any, cdt: Any, int_pos: bool
+    ) -> tuple[Array, Array]:
+        """``apply`` for arguments whose types, shapes, dtypes and devices passed the checks
+        before: only the position values (concrete here) are checked again."""
+        if int_pos:
+            rng = _checks.positions_range(pos, xp, "pos")
+        else:
+            rng = None
+            _checks.check_positions_values(pos, xp, "pos")
+        c, s = self._half_cos_sin(pos, xp, dev, cdt, self._rot_dtype(q), rng=rng)
+        kw = {"layout": self.layout, "rotary_dim": self._rot_width, "xp": xp}
+        return rotate_pairs(q, c, s, **kw), rotate_pairs(k, c, s, **kw)
 
     # -- helpers -------------------------------------------------------------------
     def _check_x(self, x: Array, xp: Namespace, name: str) -> None:
@@ -390,6 +453,88 @@ def as_positions(pos: Any, xp: Namespace, device: Any, name: str = "pos") -> Arr
     else:
         raise TypeError(f"{name} must be integer or real floating positions, got {host.dtype} values")
     return xp.asarray(host, dtype=dt, device=device)
+
+
+# -- eager per-call fast path ----------------------------------------------------------
+# ``apply`` on NumPy arrays and torch CPU tensors (eager) remembers the argument signatures
+# (types, shapes, dtypes, devices) it has validated; a call with a known signature skips the
+# namespace lookup and the shape/dtype/device checks, which depend on nothing else.  The
+# position values are still checked on every call (``_checks.positions_range``).
+_SIGNATURES: dict[tuple, tuple] = {}
+
+
+def _eager_signature(q: Any, k: Any, pos: Any) -> tuple | None:
+    tq = type(q)
+    if tq is not type(k) or type(pos) is not tq:
+        return None
+    mod = tq.__module__
+    if mod == "numpy":
+        if tq is not np.ndarray:
+            return None
+        return (tq, q.shape, q.dtype, k.shape, k.dtype, pos.shape, pos.dtype)
+    if mod == "torch" and tq.__name__ == "Tensor":
+        import torch  # the caller holds torch tensors
+
+        if torch.compiler.is_compiling() or q.device.type != "cpu":
+            return None
+        if q.requires_grad or k.requires_grad:
+            return None
+        return (tq, q.shape, q.dtype, q.device, k.shape, k.dtype, k.device, pos.shape, pos.dtype, pos.device)
+    return None
+
+
+def _concrete_int_range(pos: Array, xp: Namespace) -> tuple[int, int] | None:
+    """``(min, max)`` of integer positions whose values can be read eagerly, else ``None``."""
+    if is_real_floating(xp, pos.dtype) or not is_concrete(pos, xp):
+        return None
+    return _checks.positions_range(pos, xp, "pos")
+
+
+def _take_rows(table: Array, idx: Array, xp: Namespace) -> Array:
+    """``xp.take(table, idx, axis=0)`` for indices known to be in range (checked eagerly):
+    NumPy and torch are called directly (the compat wrappers' negative-index handling costs
+    more than the gather itself at decode sizes)."""
+    mod = type(table).__module__
+    if mod == "numpy":
+        return table.take(idx, axis=0)
+    if mod == "torch":
+        import torch  # the caller holds torch tensors
+
+        return torch.index_select(table, 0, idx)
+    return xp.take(table, idx, axis=0)
+
+
+def _levels_for_range(lo: int, hi: int) -> int:
+    m = max(abs(lo), abs(hi))
+    levels = 1
+    while m >= _RADIX**levels and levels < LEVELS:
+        levels += 1
+    return levels
+
+
+#: Positions below this bound are looked up in a per-position table (eager, concrete positions);
+#: the table grows by powers of two from 4096 (16 MiB at the bound for head_dim 128, float32).
+_POS_TABLE_MAX = 1 << 15
+_POS_TABLES: dict[tuple, Array] = {}
+
+
+def _position_table(key: tuple, consts: tuple, xp: Namespace, dev: Any, dtype: Any, hi: int) -> Array:
+    """cos/sin of positions ``0 .. B-1`` side by side, shape ``(B, rotary_dim)``, ``B > hi``."""
+    table = _POS_TABLES.get((key, xp, dev, dtype))
+    if table is None or table.shape[0] <= hi:
+        b = 4096
+        while b <= hi:
+            b *= 2
+        idx = xp.arange(b, dtype=xp.int64 if hasattr(xp, "int64") else xp.int32, device=dev)
+        tables, w = consts
+        c, s = exact_cos_sin(
+            idx, tables, w, xp=xp, dtype=dtype, levels=_levels_for_range(0, b - 1), nonneg=True
+        )
+        table = xp.concat([c, s], axis=1)  # (B, 2 n): one contiguous row per position
+        if len(_POS_TABLES) >= 64:
+            _POS_TABLES.clear()
+        _POS_TABLES[(key, xp, dev, dtype)] = table
+    return table
 
 
 # -- cached constants ----------------------------------------------------------------

@@ -1,0 +1,142 @@
+"""``python3 -m benchmarks [--quick] [--json FILE] [--only SECTION ...]``.
+
+Sections: 1 prefill, 2 decode, 3 tables, 4 hf, 5 linattn.  Prints one table of medians and
+ratios measured in this run; ``--json`` also writes the rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import sys
+import time
+
+SECTIONS = ("prefill", "decode", "tables", "hf", "linattn")
+
+
+def _linattn(quick: bool, reps: int) -> list:
+    """Item 5: the linear-attention module's own quick run, when it exists on this branch."""
+    try:
+        importlib.import_module("rotary.linear_attention")
+        mod = importlib.import_module("benchmarks.linear_attention")
+    except ImportError as e:
+        return [{"section": "linear attention", "case": f"not available ({e})"}]
+    for name in ("quick_run", "run_quick"):
+        fn = getattr(mod, name, None)
+        if fn is not None:
+            return list(fn())
+    return list(mod.run(quick=True))
+
+
+def _set_threads(n: int) -> None:
+    """Pin intra-op threads of torch and XLA (must run before JAX is imported)."""
+    if n <= 0:
+        return
+    import os
+
+    os.environ.setdefault("OMP_NUM_THREADS", str(n))
+    if n == 1:
+        flags = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false").strip()
+    try:
+        import torch
+
+        torch.set_num_threads(n)
+    except ImportError:
+        pass
+
+
+def markdown_table(rows: list) -> str:
+    """The rows as a Markdown table (for the README)."""
+    out = ["| section | backend | case | ms | ratio | vs | target |", "|---|---|---|---:|---:|---|---|"]
+    for r in rows:
+        if "ms" not in r:
+            out.append(f"| {r.get('section', '')} | {r.get('backend', '')} | {r.get('case', '')} | | | | |")
+            continue
+        tgt = "" if r.get("target") is None else f"<= {r['target']:g} " + ("met" if r["ok"] else "**missed**")
+        out.append(
+            f"| {r['section']} | {r['backend']} | {r['case']} | {_fmt(r['ms'], '.3f')} | "
+            f"{_fmt(r['ratio'], '.2f')} | {r['baseline'] or ''} | {tgt} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def _fmt(v: object, spec: str) -> str:
+    return "" if v is None else format(v, spec)
+
+
+def print_table(rows: list) -> None:
+    head = f"{'section':<16} {'backend':<14} {'case':<30} {'ms':>9} {'ratio':>7}  {'vs':<26} {'target':>7} ok"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        if "ms" not in r:
+            print(f"{r.get('section', ''):<16} {r.get('backend', ''):<14} {r.get('case', '')}")
+            continue
+        ok = {True: "yes", False: "NO", None: ""}[r.get("ok")]
+        tgt = "" if r.get("target") is None else f"<={r['target']:g}"
+        print(
+            f"{r['section']:<16} {r['backend']:<14} {r['case']:<30} {_fmt(r['ms'], '9.3f'):>9} "
+            f"{_fmt(r['ratio'], '7.3f'):>7}  {r['baseline'] or '':<26} {tgt:>7} {ok}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m benchmarks", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="smaller prefill shapes, fewer repetitions")
+    p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    p.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
+    p.add_argument("--only", nargs="+", choices=SECTIONS, help="run only these sections")
+    p.add_argument("--reps", type=int, help="interleaved repetitions (default 5 quick, 15 full)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="intra-op threads for torch and XLA (default 1: the shared 2-core machine is "
+        "oversubscribed and multi-threaded kernels stall unpredictably; 0 keeps library defaults)",
+    )
+    args = p.parse_args(argv)
+    _set_threads(args.threads)
+    import warnings
+
+    # dynamo warns about array_api_compat's lru_cache helpers once per helper: noise here
+    warnings.filterwarnings("ignore", message="Dynamo detected a call to a `functools.lru_cache`")
+    from . import rope as rb
+
+    reps = args.reps or (5 if args.quick else 15)
+    funcs = {
+        "prefill": rb.bench_prefill,
+        "decode": rb.bench_decode,
+        "tables": rb.bench_tables,
+        "hf": rb.bench_hf,
+        "linattn": _linattn,
+    }
+    rows: list = []
+    t0 = time.time()
+    for name in args.only or SECTIONS:
+        print(f"# running {name} ...", file=sys.stderr, flush=True)
+        rows += funcs[name](args.quick, reps)
+    print_table(rows)
+    missed = [r for r in rows if r.get("ok") is False]
+    print(f"\n{len(rows)} rows in {time.time() - t0:.0f} s; targets missed: {len(missed)}")
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown_table(rows))
+    if args.json:
+        meta = {
+            "command": "python3 -m benchmarks " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "machine": platform.machine(),
+            "python": platform.python_version(),
+            "quick": args.quick,
+            "reps": reps,
+            "threads": args.threads,
+        }
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
