@@ -525,7 +525,7 @@ def _position_table(key: tuple, consts: tuple, xp: Namespace, dev: Any, dtype: A
         b = 4096
         while b <= hi:
             b *= 2
-        idx = xp.arange(b, dtype=xp.int64 if hasattr(xp, "int64") else xp.int32, device=dev)
+        idx = xp.arange(b, device=dev)  # the default integer dtype (int32 in JAX without x64)
         tables, w = consts
         c, s = exact_cos_sin(
             idx, tables, w, xp=xp, dtype=dtype, levels=_levels_for_range(0, b - 1), nonneg=True

@@ -196,7 +196,7 @@ class Factors(Scaling):
         # HF (longrope): 1 / (ext * base**(arange(0, d, 2) / d)), all in float32.
         self._check_dim(dim)
         ext = xp.asarray(self.factors, dtype=xp.float32, device=device)
-        shape = xp.astype(xp.arange(0, dim, 2, dtype=xp.int64, device=device), xp.float32) / dim
+        shape = xp.astype(xp.arange(0, dim, 2, device=device), xp.float32) / dim
         return 1.0 / (ext * float(base) ** shape)
 
 
@@ -306,7 +306,7 @@ class YaRN(Scaling):
 
     def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
         f32 = xp.float32
-        pos_freqs = float(base) ** (xp.astype(xp.arange(0, dim, 2, dtype=xp.int64, device=device), f32) / dim)
+        pos_freqs = float(base) ** (xp.astype(xp.arange(0, dim, 2, device=device), f32) / dim)
         extrap = 1.0 / pos_freqs
         interp = 1.0 / (float(self.factor) * pos_freqs)
         lo, hi = self._bounds(dim, base)
@@ -486,7 +486,7 @@ class DynamicNTK(Scaling):
             b = base * ((f * n32 / L) - (f - 1)) ** (dim / (dim - 2))
             if b.ndim:
                 b = b[..., None]
-            exps = xp.astype(xp.arange(0, dim, 2, dtype=xp.int64, device=device), xp.float32) / dim
+            exps = xp.astype(xp.arange(0, dim, 2, device=device), xp.float32) / dim
             inv = 1.0 / (b**exps)
             ang = xp.astype(pos, xp.float32)[..., None] * inv
             grown = (xp.cos(ang), xp.sin(ang))

@@ -92,6 +92,8 @@ class Backend:
             import jax.numpy as jnp
 
             return jnp.asarray(a.astype(np.float32)).astype(jnp.bfloat16)
+        if self.module == "jax" and dtype == "int64" and not self.float64:
+            dtype = "int32"  # JAX without x64 has no int64 (it would truncate with a warning)
         xp = self.xp
         src = a.astype(np.float32) if dtype == "bfloat16" else a
         return xp.asarray(src, dtype=self.dtype(dtype), device=self.device)
