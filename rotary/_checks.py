@@ -7,9 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from array_api_compat import is_array_api_obj
 
-from ._compat import Array, Namespace, backend_name, device, is_concrete, is_real_floating
+from ._compat import Array, Namespace, backend_name, device, is_array_api_obj, is_concrete, is_real_floating
 
 LAYOUTS = ("half", "interleaved")
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import array_api_compat
 import numpy as np
-from array_api_compat import is_array_api_obj
 
 __all__ = [
     "array_namespace",
@@ -29,6 +28,20 @@ Array = Any
 Namespace = Any
 
 
+_ARRAY_MODULES = ("torch", "cupy", "dask", "jax", "jaxlib", "sparse")
+
+
+def is_array_api_obj(x: Any) -> bool:
+    """True for arrays of any supported library (a plain-Python check: ``array_api_compat``'s
+    own uses ``functools.lru_cache``, which ``torch.compile`` warns about on every trace)."""
+    mod = type(x).__module__.split(".", 1)[0]
+    if mod == "numpy":
+        return isinstance(x, (np.ndarray, np.generic))
+    if mod in _ARRAY_MODULES:
+        return hasattr(x, "shape")
+    return hasattr(x, "__array_namespace__")
+
+
 def array_namespace(*arrays: Any, names: tuple[str, ...] | None = None) -> Namespace:
     """Return the array-API namespace shared by ``arrays`` (``None`` and Python scalars ignored).
 
@@ -38,6 +51,11 @@ def array_namespace(*arrays: Any, names: tuple[str, ...] | None = None) -> Names
     real = [(i, a) for i, a in enumerate(arrays) if is_array_api_obj(a)]
     if not real:
         return array_api_compat.array_namespace(np.empty(0))
+    if all(type(a).__module__.split(".", 1)[0] == "torch" for _, a in real):
+        # All torch tensors: skip array_api_compat's lru_cached dispatch (torch.compile-friendly).
+        import array_api_compat.torch as torch_xp
+
+        return torch_xp
     try:
         return array_api_compat.array_namespace(*(a for _, a in real))
     except TypeError:
@@ -51,6 +69,8 @@ def array_namespace(*arrays: Any, names: tuple[str, ...] | None = None) -> Names
 
 def device(x: Array) -> Any:
     """The device ``x`` lives on (``None`` for traced JAX values)."""
+    if type(x).__module__.split(".", 1)[0] == "torch":
+        return x.device  # direct: array_api_compat's dispatch is lru_cached (torch.compile warns)
     return array_api_compat.device(x)
 
 

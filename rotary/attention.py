@@ -10,10 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from array_api_compat import is_array_api_obj
-
 from . import _checks
-from ._compat import Array, array_namespace, compute_dtype, creation_device
+from ._compat import Array, array_namespace, compute_dtype, creation_device, is_array_api_obj
 from .apply import _rope_for
 
 __all__ = ["attention"]

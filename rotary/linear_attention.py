@@ -58,8 +58,6 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from array_api_compat import is_array_api_obj
-
 from . import _checks, _dask
 from ._compat import (
     Array,
@@ -68,6 +66,7 @@ from ._compat import (
     backend_name,
     compute_dtype,
     creation_device,
+    is_array_api_obj,
     is_dask_namespace,
     is_jax_namespace,
 )

@@ -39,10 +39,9 @@ import itertools
 from typing import Any
 
 import numpy as np
-from array_api_compat import is_array_api_obj
 
 from . import _checks
-from ._compat import Array, Namespace, array_namespace, compute_dtype, creation_device
+from ._compat import Array, Namespace, array_namespace, compute_dtype, creation_device, is_array_api_obj
 from .layouts import expand_pairs, rotate_pairs
 from .rope import RoPE, as_positions
 from .scaling import Scaling

@@ -6,7 +6,6 @@ import ast
 from typing import Any
 
 import numpy as np
-from array_api_compat import is_array_api_obj
 
 from . import _checks, _dask
 from ._compat import (
@@ -15,6 +14,7 @@ from ._compat import (
     array_namespace,
     compute_dtype,
     creation_device,
+    is_array_api_obj,
     is_concrete,
     is_dask_namespace,
     is_jax_namespace,
