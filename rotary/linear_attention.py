@@ -545,26 +545,6 @@ def linear_attention(
     _check_common(q, k, v, xp, causal=causal, chunk_size=chunk_size, eps=eps, similarity=similarity)
     kv_lead = _lead_shape(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
     _lead_shape(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
-    if is_dask_namespace(xp):  # one task per block; causal: a scan over the block states
-        if state is not None:  # validated here, eagerly, as on the other backends
-            plan = _plan(
-                xp,
-                q,
-                q.shape[-1],
-                pos=pos,
-                feature_map=feature_map,
-                similarity=similarity,
-                layout=layout,
-                base=base,
-                scaling=scaling,
-                eps=eps,
-            )
-            _validated_state(plan, state, kv_lead, q, v, xp)
-        kw = {"feature_map": feature_map, "similarity": similarity, "layout": layout, "base": base}
-        kw.update(scaling=scaling, eps=eps, chunk_size=chunk_size, k_pos=k_pos, key_mask=key_mask)
-        return _dask.linear_attention(
-            q, k, v, pos, causal=causal, state=state, return_state=return_state, **kw
-        )
     sdt = None
     if state is not None and isinstance(state, tuple) and len(state) == 3 and is_array_api_obj(state[0]):
         sdt = state[0].dtype
@@ -581,6 +561,14 @@ def linear_attention(
         eps=eps,
         state_dtype=sdt,
     )
+    if is_dask_namespace(xp):  # one task per block; causal: a scan over the block states
+        if state is not None:  # validated here, eagerly, as on the other backends
+            _validated_state(plan, state, kv_lead, q, v, xp)
+        kw = {"feature_map": feature_map, "similarity": similarity, "layout": layout, "base": base}
+        kw.update(scaling=scaling, eps=eps, chunk_size=chunk_size, k_pos=k_pos, key_mask=key_mask)
+        return _dask.linear_attention(
+            q, k, v, pos, causal=causal, state=state, return_state=return_state, **kw
+        )
     qp = _positions(pos, q, xp, "pos", "q")
     if pos is None:
         kp = None
