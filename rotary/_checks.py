@@ -61,6 +61,15 @@ def check_floating(x: Array, xp: Namespace, name: str) -> None:
         )
 
 
+def check_head_array(x: Any, xp: Namespace, name: str, head_dim: int) -> None:
+    """``x`` is a real floating array whose last axis is ``head_dim``."""
+    if not is_array_api_obj(x):
+        raise TypeError(f"{name} must be an array, got {type(x).__name__}")
+    check_floating(x, xp, name)
+    if x.ndim < 1 or x.shape[-1] != head_dim:
+        raise ValueError(f"{name}.shape[-1] must equal head_dim={head_dim}, got shape {tuple(x.shape)}")
+
+
 def check_feature_dim(x: Array, name: str, rotary_dim: int | None) -> int:
     """Validate the last axis of ``x``; returns the effective rotary dimension."""
     if x.ndim < 1:

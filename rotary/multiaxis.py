@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from . import _checks
-from ._compat import Array, Namespace, array_namespace, compute_dtype, creation_device, is_array_api_obj
+from ._compat import Array, Namespace, array_namespace, compute_dtype, creation_device
 from .layouts import expand_pairs, rotate_pairs
 from .rope import RoPE, as_positions
 from .scaling import Scaling
@@ -166,13 +166,7 @@ class _MultiAxisRoPE:
 
     # -- helpers ---------------------------------------------------------------------
     def _check_x(self, x: Array, xp: Namespace, name: str) -> None:
-        if not is_array_api_obj(x):
-            raise TypeError(f"{name} must be an array, got {type(x).__name__}")
-        _checks.check_floating(x, xp, name)
-        if x.ndim < 1 or x.shape[-1] != self.head_dim:
-            raise ValueError(
-                f"{name}.shape[-1] must equal head_dim={self.head_dim}, got shape {tuple(x.shape)}"
-            )
+        _checks.check_head_array(x, xp, name, self.head_dim)
 
     def _prepare(self, pos: Any, x: Array, xp: Namespace, name: str, arrays: list) -> Array:
         pos = as_positions(pos, xp, creation_device(x, xp), name)

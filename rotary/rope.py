@@ -407,13 +407,7 @@ class RoPE:
 
     # -- helpers -------------------------------------------------------------------
     def _check_x(self, x: Array, xp: Namespace, name: str) -> None:
-        if not is_array_api_obj(x):
-            raise TypeError(f"{name} must be an array, got {type(x).__name__}")
-        _checks.check_floating(x, xp, name)
-        if x.ndim < 1 or x.shape[-1] != self.head_dim:
-            raise ValueError(
-                f"{name}.shape[-1] must equal head_dim={self.head_dim}, got shape {tuple(x.shape)}"
-            )
+        _checks.check_head_array(x, xp, name, self.head_dim)
 
     def _prepare_pos(
         self, pos: Any, x: Array, xp: Namespace, name: str, arrays: list[tuple[str, Array]]
