@@ -13,26 +13,11 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import rotary
 from conformance import report, suite
-from rotary.testing import ALL_BACKENDS, available
-
-_AVAILABLE = {b.name: b for b in available()}
-_SELECTED = os.environ.get("ROTARY_BACKENDS")
-
-
-def _backend_params():
-    out = []
-    for b in ALL_BACKENDS:
-        if _SELECTED and b.name not in {n.strip() for n in _SELECTED.split(",")}:
-            continue
-        if b.name in _AVAILABLE:
-            out.append(pytest.param(_AVAILABLE[b.name], id=b.name))
-        else:
-            out.append(pytest.param(b, id=b.name, marks=pytest.mark.skip(reason=f"{b.name} not installed")))
-    return out
+from rotary.testing.backends import available, backend_params
 
 
 @pytest.mark.parametrize("column", suite.COLUMNS, ids=[c.key for c in suite.COLUMNS])
-@pytest.mark.parametrize("backend", _backend_params())
+@pytest.mark.parametrize("backend", backend_params())
 def test_column(backend, column):
     cells = [suite.run_column(column, backend, dtype) for dtype in backend.float_dtypes()]
     if all(c.status == "n/a" for c in cells):

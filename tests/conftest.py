@@ -13,27 +13,10 @@ import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from rotary.testing import ALL_BACKENDS, available
-
-_AVAILABLE = {b.name: b for b in available()}
-_SELECTED = os.environ.get("ROTARY_BACKENDS")
+from rotary.testing.backends import backend_params
 
 
-def _params():
-    out = []
-    for b in ALL_BACKENDS:
-        if _SELECTED and b.name not in {n.strip() for n in _SELECTED.split(",")}:
-            continue
-        if b.name in _AVAILABLE:
-            out.append(pytest.param(_AVAILABLE[b.name], id=b.name))
-        else:
-            out.append(
-                pytest.param(b, id=b.name, marks=pytest.mark.skip(reason=f"{b.name} not installed/usable"))
-            )
-    return out
-
-
-@pytest.fixture(params=_params())
+@pytest.fixture(params=backend_params())
 def backend(request):
     """A :class:`rotary.testing.Backend`: ``.xp``, ``.asarray(np_array, dtype)``, ``.to_numpy``."""
     return request.param

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._compat import to_numpy as _to_numpy
 
-__all__ = ["ALL_BACKENDS", "Backend", "available", "get"]
+__all__ = ["ALL_BACKENDS", "Backend", "available", "backend_params", "get"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,3 +212,23 @@ def get(name: str) -> Backend:
         if b.name == name:
             return b
     raise KeyError(f"unknown backend {name!r}; known: {[b.name for b in ALL_BACKENDS]}")
+
+
+def backend_params() -> list[Any]:
+    """``pytest.param`` per backend of ``$ROTARY_BACKENDS`` (default all), id'd by name;
+    those not installed or usable here are marked skip (so the matrix shows them)."""
+    import pytest  # test-only helper
+
+    avail = {b.name: b for b in available()}
+    selected = os.environ.get("ROTARY_BACKENDS")
+    wanted = None if not selected else {n.strip() for n in selected.split(",")}
+    out = []
+    for b in ALL_BACKENDS:
+        if wanted is not None and b.name not in wanted:
+            continue
+        if b.name in avail:
+            out.append(pytest.param(avail[b.name], id=b.name))
+        else:
+            skip = pytest.mark.skip(reason=f"{b.name} not installed/usable")
+            out.append(pytest.param(b, id=b.name, marks=skip))
+    return out
