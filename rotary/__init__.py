@@ -1,7 +1,7 @@
 """rotary: the reference Rotary Position Embedding for every array library.
 
-One implementation written against the Python array API standard, run unchanged
-on NumPy, CuPy, PyTorch, JAX, Dask and array-api-strict arrays.
+One implementation written against the Python array API standard, run unchanged on NumPy,
+CuPy, PyTorch, JAX, Dask and array-api-strict arrays.
 
 >>> import numpy as np, rotary
 >>> q = k = np.ones((1, 4, 8, 32), dtype=np.float32)
@@ -10,23 +10,34 @@ on NumPy, CuPy, PyTorch, JAX, Dask and array-api-strict arrays.
 
 from __future__ import annotations
 
-from . import angles, distributed, hf, layouts, multiaxis, scaling
-from .angles import inv_freq
-from .apply import apply, rotate
-from .attention import attention
-from .decay import decay_bound
-from .layouts import LAYOUTS, convert_layout
-from .linear_attention import LinearAttentionState, combine, linear_attention, linear_attention_state
+from . import distributed, hf, layouts, multiaxis, scaling, testing
+from ._attention import attention
+from ._config import RopeConfig
+from ._decay import decay_bound
+from ._functional import apply, rotate
+from ._lib._cache import CacheInfo, cache_info, clear_cache, fast_paths, set_cache_limit
+from ._linear_attention import (
+    FEATURE_MAPS,
+    LinearAttentionState,
+    combine,
+    linear_attention,
+    linear_attention_state,
+)
+from ._math._freqs import inv_freq
+from ._math._rotation import LAYOUTS
+from ._rope import RoPE
+from .layouts import convert_layout
 from .multiaxis import AxialRoPE, MRoPE
-from .rope import RoPE
 from .scaling import NTK, DynamicNTK, Linear, Llama3, LongRoPE, Scaling, YaRN
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
+    "FEATURE_MAPS",
     "LAYOUTS",
     "NTK",
     "AxialRoPE",
+    "CacheInfo",
     "DynamicNTK",
     "Linear",
     "LinearAttentionState",
@@ -34,16 +45,19 @@ __all__ = [
     "LongRoPE",
     "MRoPE",
     "RoPE",
+    "RopeConfig",
     "Scaling",
     "YaRN",
     "__version__",
-    "angles",
     "apply",
     "attention",
+    "cache_info",
+    "clear_cache",
     "combine",
     "convert_layout",
     "decay_bound",
     "distributed",
+    "fast_paths",
     "hf",
     "inv_freq",
     "layouts",
@@ -52,4 +66,6 @@ __all__ = [
     "multiaxis",
     "rotate",
     "scaling",
+    "set_cache_limit",
+    "testing",
 ]

@@ -1,12 +1,13 @@
 """Beyond one machine: RoPE and RoPE linear attention on Dask and on sharded JAX.
 
-Nothing here imports Dask or JAX at module import time.
+Nothing here imports Dask or JAX at module import time (this module, like
+:mod:`rotary.testing`, may name those libraries: it is the layer above everything else).
 
 Dask
     :func:`rotary.apply`, :func:`rotary.rotate`, :func:`rotary.convert_layout` and
     :func:`rotary.linear_attention` accept chunked Dask arrays directly and build lazy
     graphs with one task per block, keeping the chunks of the leading axes (see
-    :mod:`rotary._dask`).  A feature (last) axis split into several chunks is merged
+    :mod:`rotary._backends`).  A feature (last) axis split into several chunks is merged
     into one chunk first (a rotation mixes features across the head), so results are
     always right.  Causal linear attention over a sequence split into chunks runs as
     a scan over the chunk summaries; :func:`causal_linear_attention_dask` is that
@@ -29,8 +30,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._compat import Array, array_namespace, is_dask_namespace
-from .linear_attention import LinearAttentionState, linear_attention, linear_attention_state
+from ._backends import backend_for
+from ._lib import _validation as v
+from ._lib._compat import array_namespace, is_array, library_name
+from ._lib._typing import Array
+from ._linear_attention import LinearAttentionState, linear_attention, linear_attention_state
 
 __all__ = [
     "causal_linear_attention_dask",
@@ -44,7 +48,7 @@ _SCANS = ("sequential", "blelloch")
 def causal_linear_attention_dask(
     q: Any,
     k: Any,
-    v: Any,
+    v_: Any,
     pos: Any,
     *,
     chunks: int | None = None,
@@ -63,7 +67,7 @@ def causal_linear_attention_dask(
 
     Parameters
     ----------
-    q, k, v : array
+    q, k, v_ : array
         ``(..., N, d)``, ``(..., N, d)``, ``(..., N, d_v)``: Dask arrays, or NumPy
         arrays to be split into blocks of ``chunks`` tokens.
     pos : array or sequence or None
@@ -78,9 +82,8 @@ def causal_linear_attention_dask(
     return_state : bool
         Also return the state after all keys (lazy Dask arrays).
     **kwargs
-        Any other option of :func:`rotary.linear_attention` (``feature_map``,
-        ``layout``, ``base``, ``scaling``, ``eps``, ``chunk_size``, ``state``,
-        ``key_mask``, ``similarity``).
+        Any other option of :func:`rotary.linear_attention` (``rope``, ``feature_map``,
+        ``similarity``, ``eps``, ``chunk_size``, ``state``, ``key_mask``).
 
     Returns
     -------
@@ -102,54 +105,27 @@ def causal_linear_attention_dask(
     """
     import dask.array as da
 
-    from . import _dask
-    from .linear_attention import _check_common, _lead_shape
-
-    if scan not in _SCANS:
-        raise ValueError(f"scan must be one of {_SCANS!r}, got {scan!r}")
+    scan = v.check_choice(scan, "scan", _SCANS)
     if kwargs.pop("causal", True) is not True:
         raise ValueError("causal_linear_attention_dask is causal; for causal=False use linear_attention")
-    if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks <= 0):
-        raise ValueError(f"chunks must be a positive integer (tokens per block) or None, got {chunks!r}")
+    if chunks is not None:
+        chunks = v.check_int(chunks, "chunks", minimum=1)
     arrays = []
-    for name, a in (("q", q), ("k", k), ("v", v)):
-        if getattr(a, "ndim", 0) < 2:
+    for name, a in (("q", q), ("k", k), ("v", v_)):
+        if not is_array(a) or a.ndim < 2:
             raise ValueError(f"{name} must be an array of shape (..., seq, features), got {type(a).__name__}")
-        if not is_dask_namespace(array_namespace(a)):
+        if library_name(array_namespace(a)) != "dask":
             n = a.shape[-2]
             a = da.from_array(a, chunks=(*a.shape[:-2], chunks or max(1, -(-n // 4)), a.shape[-1]))
         elif chunks is not None:
             a = a.rechunk({a.ndim - 2: chunks})
         arrays.append(a)
-    if pos is not None and not is_dask_namespace(array_namespace(pos)):
-        pos = da.asarray(pos)
     mask = kwargs.get("key_mask")
-    if mask is not None and not is_dask_namespace(array_namespace(mask)):
+    if mask is not None and library_name(array_namespace(mask)) != "dask":
         kwargs["key_mask"] = da.asarray(mask)
-    q, k, v = arrays
-    opts = {"feature_map": None, "layout": "half", "base": 10000.0, "scaling": None, "eps": 1e-6}
-    opts.update(chunk_size=None, k_pos=None, key_mask=None, similarity="dot")
-    state = kwargs.pop("state", None)
-    unknown = set(kwargs) - set(opts)
-    if unknown:
-        raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
-    opts.update(kwargs)
-    xp = array_namespace(q, k, v, pos, names=("q", "k", "v", "pos"))
-    _check_common(
-        q,
-        k,
-        v,
-        xp,
-        causal=True,
-        chunk_size=opts["chunk_size"],
-        eps=opts["eps"],
-        similarity=opts["similarity"],
-    )
-    kv_lead = _lead_shape(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
-    _lead_shape(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
-    return _dask.linear_attention(
-        q, k, v, pos, causal=True, state=state, return_state=return_state, scan=scan, **opts
-    )
+    be = backend_for(array_namespace(arrays[0]))
+    with be.scan_method(scan):  # type: ignore[attr-defined]
+        return linear_attention(*arrays, pos, causal=True, return_state=return_state, **kwargs)
 
 
 def exclusive_state_scan(state: LinearAttentionState, axis_name: str) -> LinearAttentionState:
@@ -233,8 +209,8 @@ def sequence_parallel_linear_attention(
         Mesh axes for the leading (batch, head) axes, e.g. ``("data", None)``;
         default: not split.
     **kwargs
-        Options of :func:`rotary.linear_attention` (``feature_map``, ``layout``,
-        ``base``, ``scaling``, ``eps``, ``chunk_size``, ``similarity``).
+        Options of :func:`rotary.linear_attention` (``rope``, ``feature_map``,
+        ``similarity``, ``eps``, ``chunk_size``).
 
     Returns
     -------
@@ -288,10 +264,11 @@ def sequence_parallel_linear_attention(
             f"lead_axes must give one mesh axis (or None) per leading axis ({nl}), got {lead_axes!r}"
         )
     spec = P(*lead, axis_name, None)
-    sopts = {n: kwargs[n] for n in ("feature_map", "similarity", "layout", "base", "scaling") if n in kwargs}
+    sopts = {n: kwargs[n] for n in ("rope", "feature_map", "similarity") if n in kwargs}
 
     if pos is not None:
-        pos = jnp.asarray(pos)
+        # Host positions are range-checked before JAX sees them (without x64, int64 would wrap).
+        pos, _ = backend_for(jnp).positions(pos, name="pos", device=None)
         pos = jnp.broadcast_to(pos, (*(1,) * (nl + 1 - pos.ndim), *pos.shape)) if pos.ndim <= nl else pos
         if pos.ndim != nl + 1 or pos.shape[-1] not in (1, q.shape[-2]):
             raise ValueError(f"pos of shape {pos.shape} does not broadcast to q.shape[:-1] = {q.shape[:-1]}")

@@ -1,9 +1,8 @@
 """Context-extension scalings of the RoPE frequencies.
 
-A scaling maps the default inverse frequencies ``base**(-2i/d)`` to new ones
-and may carry an *attention factor* ``af`` that multiplies cos and sin (so the
-attention logits scale by ``af**2``), exactly as Hugging Face ``transformers``
-applies it: once.
+A scaling maps the default inverse frequencies ``base**(-2i/d)`` to new ones and may
+carry an *attention factor* ``af`` that multiplies cos and sin (so the attention logits
+scale by ``af**2``), exactly as Hugging Face ``transformers`` applies it: once.
 
 =================  ==============  ==============================================  =========
 class              ``rope_type``   frequencies                                     dynamic
@@ -19,32 +18,43 @@ class              ``rope_type``   frequencies                                  
                                    block)
 =================  ==============  ==============================================  =========
 
-Dynamic scalings read the sequence length ``seq_len = max(pos) + 1`` from the
-positions, in the backend (no value branching: both frequency sets are
-evaluated and ``where`` picks one), so they run under ``jax.jit`` and
-``torch.compile(fullgraph=True)``.  By default ``seq_len`` is the maximum over
-the whole batch, as Hugging Face does; ``per_sequence=True`` takes it per
-batch row (the maximum over the last axis of the positions).
+Dynamic scalings read the sequence length ``seq_len = max(pos) + 1`` from the positions,
+in the backend (no value branching: every candidate set of frequencies is evaluated and
+``where`` picks one), so they run under ``jax.jit`` and ``torch.compile(fullgraph=True)``.
+``seq_len`` is the maximum over the whole batch, as Hugging Face takes it;
+``per_sequence=True`` takes it per batch row (the maximum over the last axis).
 
-Every scaling is a frozen (hashable) dataclass with plain-value fields;
-``resolve`` turns ``None``, a scaling object or a Hugging Face
-``rope_scaling`` dict into one.  Each scaling also knows Hugging Face's own
-float32 computation of its frequencies (``float32_inv_freq``), used by
-``RoPE(..., angles="float32")`` for bit-for-bit parity on torch.
+Every scaling is a frozen, hashable dataclass whose fields are checked on construction;
+:func:`resolve` turns ``None``, a scaling or a Hugging Face ``rope_scaling`` dict into
+one.  A subclass defines ``inv_freq`` (and optionally ``attention_factor``,
+``float32_inv_freq``); decorate it with :func:`register` to make its ``rope_type`` known
+to :func:`from_dict`.
+
+Examples
+--------
+>>> import numpy as np, rotary
+>>> import dataclasses
+>>> @dataclasses.dataclass(frozen=True)
+... class Half(rotary.Scaling):
+...     def inv_freq(self, dim, base):
+...         return rotary.inv_freq(dim, base) / 2
+>>> rotary.RoPE(8, scaling=Half()).inv_freq()
+array([0.5   , 0.05  , 0.005 , 0.0005])
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ._compat import Array, Namespace, widest_float
-from .angles import exact_cos_sin_positions, float32_recipe
-from .angles import float32_inv_freq as default_float32_inv_freq
-from .angles import inv_freq as default_inv_freq
+from ._lib import _validation as v
+from ._lib._typing import AngleMethod, Array, Device, DType, Namespace
+from ._math._freqs import float32_inv_freq as default_float32_inv_freq
+from ._math._freqs import inv_freq as default_inv_freq
 
 __all__ = [
     "NTK",
@@ -57,10 +67,13 @@ __all__ = [
     "Scaling",
     "YaRN",
     "from_dict",
-    "from_key",
     "register",
     "resolve",
 ]
+
+#: ``static(i)``: cos and sin (attention factor not applied) of the ``i``-th of a dynamic
+#: scaling's :meth:`Scaling.variants`, computed by the caller's angle method.
+StaticCosSin = Callable[[int], tuple[Array, Array]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +85,9 @@ class Scaling:
     #: True when the frequencies depend on the sequence length (dynamic NTK, LongRoPE).
     dynamic: ClassVar[bool] = False
 
+    def check_dim(self, dim: int) -> None:
+        """Raise ``ValueError`` if this scaling cannot serve ``dim`` rotated features."""
+
     def inv_freq(self, dim: int, base: float) -> np.ndarray:
         """Inverse frequencies (float64, shape ``(dim // 2,)``) for ``dim`` rotated features."""
         return default_inv_freq(dim, base)
@@ -80,28 +96,50 @@ class Scaling:
         """Factor multiplying cos and sin (1.0 unless the scaling says otherwise)."""
         return 1.0
 
-    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
-        """The frequencies as Hugging Face computes them in float32 (array of ``xp``)."""
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Device = None) -> Array:
+        """The frequencies as Hugging Face computes them in float32 (an array of ``xp``)."""
         return default_float32_inv_freq(dim, base, xp=xp, device=device)
 
+    # -- dynamic scalings ----------------------------------------------------------------------
+    def variants(self) -> tuple[Scaling, ...]:
+        """The static scalings whose angles :meth:`dynamic_cos_sin` chooses between."""
+        return ()
 
-def _check_factor(cls: str, factor: Any, name: str = "factor") -> None:
-    try:
-        ok = float(factor) >= 1.0 and math.isfinite(float(factor))
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError(f"{cls} {name} must be a finite number >= 1, got {factor!r}")
+    def dynamic_cos_sin(
+        self,
+        pos: Array,
+        static: StaticCosSin,
+        *,
+        dim: int,
+        base: float,
+        angles: AngleMethod,
+        xp: Namespace,
+        device: Device,
+        dtype: DType,
+        wide: DType,
+    ) -> tuple[Array, Array]:
+        """cos/sin (attention factor not applied) at ``pos`` for a dynamic scaling, without
+        value branching.  ``wide`` is the widest float of the device."""
+        raise NotImplementedError(f"{type(self).__name__} is not a dynamic scaling")
 
 
-def _check_length(cls: str, value: Any, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"{cls} needs {name} as a positive integer, got {value!r}")
+def _factor(cls: str, value: Any, name: str = "factor") -> float:
+    return v.check_float(value, f"{cls} {name}", minimum=1.0)
+
+
+def _length(cls: str, value: Any, name: str, minimum: int = 1) -> int:
+    return v.check_int(value, f"{cls} {name}", minimum=minimum)
+
+
+def _set(obj: Any, name: str, value: Any) -> None:
+    object.__setattr__(obj, name, value)
 
 
 @dataclasses.dataclass(frozen=True)
 class Default(Scaling):
     """No scaling (HF ``rope_type="default"``)."""
+
+    rope_type: ClassVar[str] = "default"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,26 +153,33 @@ class Linear(Scaling):
     array([0.25  , 0.0025])
     """
 
-    factor: float = 1.0
+    factor: float
     rope_type: ClassVar[str] = "linear"
 
     def __post_init__(self) -> None:
-        if not float(self.factor) >= 1.0:
-            raise ValueError(f"Linear scaling factor must be >= 1, got {self.factor!r}")
+        _set(self, "factor", _factor("Linear", self.factor))
 
     def inv_freq(self, dim: int, base: float) -> np.ndarray:
-        return default_inv_freq(dim, base) / float(self.factor)
+        return default_inv_freq(dim, base) / self.factor
 
-    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
-        return default_float32_inv_freq(dim, base, xp=xp, device=device) / float(self.factor)
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Device = None) -> Array:
+        return default_float32_inv_freq(dim, base, xp=xp, device=device) / self.factor
+
+
+def _check_ntk_dim(cls: str, dim: int) -> None:
+    if dim < 4:
+        raise ValueError(
+            f"{cls} needs at least 4 rotated features (its base grows as factor**(d / (d - 2))), "
+            f"got rotary_dim={dim}"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
 class NTK(Scaling):
     """NTK-aware scaling: the base becomes ``base * factor**(d / (d - 2))``.
 
-    The lowest frequency is then stretched by ``factor`` while the highest is
-    kept.  (Hugging Face has only the dynamic variant, :class:`DynamicNTK`.)
+    The lowest frequency is then stretched by ``factor`` while the highest is kept.
+    (Hugging Face has only the dynamic variant, :class:`DynamicNTK`.)
 
     Examples
     --------
@@ -144,20 +189,23 @@ class NTK(Scaling):
     (1.0, 1.0)
     """
 
-    factor: float = 1.0
+    factor: float
     rope_type: ClassVar[str] = "ntk"
 
     def __post_init__(self) -> None:
-        _check_factor("NTK", self.factor)
+        _set(self, "factor", _factor("NTK", self.factor))
+
+    def check_dim(self, dim: int) -> None:
+        _check_ntk_dim("NTK", dim)
 
     def scaled_base(self, dim: int, base: float) -> float:
         """The NTK base for ``dim`` rotated features."""
-        return float(base) * float(self.factor) ** (dim / (dim - 2))
+        return float(base) * self.factor ** (dim / (dim - 2))
 
     def inv_freq(self, dim: int, base: float) -> np.ndarray:
         return default_inv_freq(dim, self.scaled_base(dim, base))
 
-    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Device = None) -> Array:
         return default_float32_inv_freq(dim, self.scaled_base(dim, base), xp=xp, device=device)
 
 
@@ -172,44 +220,28 @@ class Factors(Scaling):
     array([1.   , 0.005])
     """
 
-    factors: tuple[float, ...] = ()
+    factors: tuple[float, ...]
     rope_type: ClassVar[str] = "factors"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "factors", _float_tuple("Factors", "factors", self.factors))
+        _set(self, "factors", v.check_positive_floats(self.factors, "Factors factors"))
 
-    def _check_dim(self, dim: int, cls: str = "Factors", name: str = "factors") -> None:
+    def check_dim(self, dim: int, cls: str = "Factors", name: str = "factors") -> None:
         if len(self.factors) != dim // 2:
             raise ValueError(
                 f"{cls} {name} must have rotary_dim // 2 = {dim // 2} entries, got {len(self.factors)}"
             )
 
-    def attention_factor(self, dim: int, base: float) -> float:
-        self._check_dim(dim)
-        return 1.0
-
     def inv_freq(self, dim: int, base: float) -> np.ndarray:
-        self._check_dim(dim)
+        self.check_dim(dim)
         return default_inv_freq(dim, base) / np.asarray(self.factors, dtype=np.float64)
 
-    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Device = None) -> Array:
         # HF (longrope): 1 / (ext * base**(arange(0, d, 2) / d)), all in float32.
-        self._check_dim(dim)
+        self.check_dim(dim)
         ext = xp.asarray(self.factors, dtype=xp.float32, device=device)
-        shape = xp.astype(xp.arange(0, dim, 2, device=device), xp.float32) / dim
-        return 1.0 / (ext * float(base) ** shape)
-
-
-def _float_tuple(cls: str, name: str, value: Any) -> tuple[float, ...]:
-    if value is None or isinstance(value, (str, bytes)):
-        raise ValueError(f"{cls} needs {name} as a sequence of positive numbers, got {value!r}")
-    try:
-        out = tuple(float(v) for v in value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{cls} {name} must be a sequence of positive numbers, got {value!r}") from None
-    if not all(math.isfinite(v) and v > 0 for v in out):
-        raise ValueError(f"{cls} {name} must hold finite positive numbers, got {out!r}")
-    return out
+        exps = xp.astype(xp.arange(0, dim, 2, device=device), xp.float32) / dim
+        return 1.0 / (ext * float(base) ** exps)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,15 +254,16 @@ class YaRN(Scaling):
         Context extension factor ``s >= 1``.
     original_max_position_embeddings : int
         Pre-training context length ``L0``.
-    attention_factor : float, optional
-        Overrides the attention factor; by default ``g(s, mscale) / g(s, mscale_all_dim)`` when
-        both are set (DeepSeek), else ``g(s) = 0.1 ln(s) + 1``.
+    attention_factor_ : float, optional
+        Overrides the attention factor (HF ``attention_factor``); by default
+        ``g(s, mscale) / g(s, mscale_all_dim)`` when both are set (DeepSeek), else
+        ``g(s) = 0.1 ln(s) + 1``.
     beta_fast, beta_slow : float
-        Rotation counts bounding the ramp (defaults 32 and 1).
+        Rotation counts bounding the ramp (defaults 32 and 1; ``beta_fast > beta_slow > 0``).
     mscale, mscale_all_dim : float, optional
-        DeepSeek's attention-factor parameters.
+        DeepSeek's attention-factor parameters (non-negative).
     truncate : bool
-        Round the ramp bounds to integers (HF default True).
+        Round the ramp bounds to integers (HF default True; GPT-OSS uses False).
 
     Examples
     --------
@@ -253,19 +286,39 @@ class YaRN(Scaling):
     rope_type: ClassVar[str] = "yarn"
 
     def __post_init__(self) -> None:
-        _check_factor("YaRN", self.factor)
-        _check_length("YaRN", self.original_max_position_embeddings, "original_max_position_embeddings")
+        _set(self, "factor", _factor("YaRN", self.factor))
+        _set(
+            self,
+            "original_max_position_embeddings",
+            _length("YaRN", self.original_max_position_embeddings, "original_max_position_embeddings"),
+        )
         # HF: ``beta_fast or 32``, ``beta_slow or 1``.
-        object.__setattr__(self, "beta_fast", float(self.beta_fast or 32.0))
-        object.__setattr__(self, "beta_slow", float(self.beta_slow or 1.0))
-        if self.beta_fast < self.beta_slow:
+        _set(
+            self,
+            "beta_fast",
+            v.check_float(32.0 if self.beta_fast is None else self.beta_fast, "YaRN beta_fast", above=0.0),
+        )
+        _set(
+            self,
+            "beta_slow",
+            v.check_float(1.0 if self.beta_slow is None else self.beta_slow, "YaRN beta_slow", above=0.0),
+        )
+        if not self.beta_fast > self.beta_slow:
             raise ValueError(
-                f"YaRN beta_fast must be >= beta_slow, got beta_fast={self.beta_fast}, "
+                f"YaRN beta_fast must be > beta_slow, got beta_fast={self.beta_fast}, "
                 f"beta_slow={self.beta_slow}"
             )
-        af = self.attention_factor_
-        if af is not None and not (math.isfinite(float(af)) and float(af) > 0):
-            raise ValueError(f"YaRN attention_factor must be a positive number, got {af!r}")
+        if self.attention_factor_ is not None:
+            _set(
+                self,
+                "attention_factor_",
+                v.check_float(self.attention_factor_, "YaRN attention_factor", above=0.0),
+            )
+        for name in ("mscale", "mscale_all_dim"):
+            value = getattr(self, name)
+            if value is not None:
+                _set(self, name, v.check_float(value, f"YaRN {name}", minimum=0.0))
+        _set(self, "truncate", v.check_bool(self.truncate, "YaRN truncate"))
 
     @staticmethod
     def _mscale(scale: float, m: float = 1.0) -> float:
@@ -273,8 +326,8 @@ class YaRN(Scaling):
 
     def attention_factor(self, dim: int, base: float) -> float:
         if self.attention_factor_ is not None:
-            return float(self.attention_factor_)
-        s = float(self.factor)
+            return self.attention_factor_
+        s = self.factor
         if self.mscale and self.mscale_all_dim:
             return float(self._mscale(s, self.mscale) / self._mscale(s, self.mscale_all_dim))
         return self._mscale(s)
@@ -302,13 +355,13 @@ class YaRN(Scaling):
         lo, hi = self._bounds(dim, base)
         ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - lo) / (hi - lo), 0.0, 1.0)
         extrapolation = 1.0 - ramp
-        return (w / float(self.factor)) * (1.0 - extrapolation) + w * extrapolation
+        return (w / self.factor) * (1.0 - extrapolation) + w * extrapolation
 
-    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Device = None) -> Array:
         f32 = xp.float32
         pos_freqs = float(base) ** (xp.astype(xp.arange(0, dim, 2, device=device), f32) / dim)
         extrap = 1.0 / pos_freqs
-        interp = 1.0 / (float(self.factor) * pos_freqs)
+        interp = 1.0 / (self.factor * pos_freqs)
         lo, hi = self._bounds(dim, base)
         ramp = xp.clip((xp.arange(dim // 2, dtype=f32, device=device) - lo) / (hi - lo), 0.0, 1.0)
         ef = 1.0 - ramp
@@ -319,10 +372,10 @@ class YaRN(Scaling):
 class Llama3(Scaling):
     """Llama 3 scaling (HF ``"llama3"``): wavelength bands, smooth in between.
 
-    Wavelengths ``2 pi / inv`` shorter than ``L0 / high_freq_factor`` keep their
-    frequency, longer than ``L0 / low_freq_factor`` are divided by ``factor``,
-    the band between interpolates.  Llama 3.1 uses ``factor=8``, Llama 3.2 1B/3B
-    ``factor=32`` (``L0 = 8192``, low 1, high 4).
+    Wavelengths ``2 pi / inv`` shorter than ``L0 / high_freq_factor`` keep their frequency,
+    longer than ``L0 / low_freq_factor`` are divided by ``factor``, the band between
+    interpolates.  Llama 3.1 uses ``factor=8``, Llama 3.2 1B/3B ``factor=32`` (``L0 = 8192``,
+    low 1, high 4).
 
     Examples
     --------
@@ -339,18 +392,25 @@ class Llama3(Scaling):
     rope_type: ClassVar[str] = "llama3"
 
     def __post_init__(self) -> None:
-        _check_factor("Llama3", self.factor)
-        _check_length("Llama3", self.original_max_position_embeddings, "original_max_position_embeddings")
-        lo, hi = self.low_freq_factor, self.high_freq_factor
-        if not (float(lo) > 0 and float(hi) > float(lo)):
+        _set(self, "factor", _factor("Llama3", self.factor))
+        _set(
+            self,
+            "original_max_position_embeddings",
+            _length("Llama3", self.original_max_position_embeddings, "original_max_position_embeddings"),
+        )
+        lo = v.check_float(self.low_freq_factor, "Llama3 low_freq_factor", above=0.0)
+        hi = v.check_float(self.high_freq_factor, "Llama3 high_freq_factor", above=0.0)
+        if not hi > lo:
             raise ValueError(
-                f"Llama3 needs 0 < low_freq_factor < high_freq_factor, got low_freq_factor={lo!r}, "
+                f"Llama3 needs low_freq_factor < high_freq_factor, got low_freq_factor={lo!r}, "
                 f"high_freq_factor={hi!r}"
             )
+        _set(self, "low_freq_factor", lo)
+        _set(self, "high_freq_factor", hi)
 
     def _combine(self, inv: Any, where: Any, logical_not: Any, logical_and: Any) -> Any:
         L0 = self.original_max_position_embeddings
-        lff, hff, s = self.low_freq_factor, self.high_freq_factor, float(self.factor)
+        lff, hff, s = self.low_freq_factor, self.high_freq_factor, self.factor
         low_wl, high_wl = L0 / lff, L0 / hff
         wavelen = 2 * math.pi / inv
         out = where(wavelen > low_wl, inv / s, inv)
@@ -362,55 +422,22 @@ class Llama3(Scaling):
     def inv_freq(self, dim: int, base: float) -> np.ndarray:
         return self._combine(default_inv_freq(dim, base), np.where, np.logical_not, np.logical_and)
 
-    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Device = None) -> Array:
         inv = default_float32_inv_freq(dim, base, xp=xp, device=device)
         return self._combine(inv, xp.where, xp.logical_not, xp.logical_and)
 
 
-# -- dynamic scalings ------------------------------------------------------------------
-
-
+# -- dynamic scalings ------------------------------------------------------------------------
 def _seq_len(pos: Array, xp: Namespace, per_sequence: bool) -> Array:
-    """``max(pos) + 1``: a 0-d array, or shape ``pos.shape[:-1] + (1,)`` per sequence."""
+    """``max(pos) + 1``: 0-d, or shape ``pos.shape[:-1] + (1,)`` per sequence."""
     if per_sequence and pos.ndim >= 1:
         return xp.max(pos, axis=-1, keepdims=True) + 1
     return xp.max(pos) + 1
 
 
-def _static_cos_sin(rope: Any, pos: Array, xp: Namespace, dev: Any, dtype: Any) -> tuple[Array, Array]:
-    """cos/sin of ``rope``'s own static frequencies (``scaling.inv_freq``), af not applied."""
-    if rope.angles == "float32":
-        _, inv32 = rope._constants(xp, dev, "float32recipe")
-        c, s = float32_recipe(pos, inv32, xp=xp)
-        if c.dtype != dtype:
-            c, s = xp.astype(c, dtype), xp.astype(s, dtype)
-        return c, s
-    tables, w = rope._constants(xp, dev, dtype)
-    return exact_cos_sin_positions(pos, tables, w, xp=xp, dtype=dtype)
-
-
-_SUB_ROPES: dict[tuple, Any] = {}
-
-
-def _sub_rope(rope: Any, scaling: Scaling) -> Any:
-    """A RoPE like ``rope`` with a static ``scaling`` (cached; a plain dict traces under dynamo)."""
-    k = (rope._key, scaling)
-    sub = _SUB_ROPES.get(k)
-    if sub is None:
-        sub = type(rope)(
-            rope.head_dim,
-            base=rope.base,
-            layout=rope.layout,
-            rotary_dim=rope.rotary_dim,
-            scaling=scaling,
-            angles=rope.angles,
-        )
-        if len(_SUB_ROPES) < 256:
-            _SUB_ROPES[k] = sub
-    return sub
-
-
-def _select(cond: Array, a: tuple[Array, Array], b: tuple[Array, Array], xp: Namespace, per_seq: bool):
+def _select(
+    cond: Array, a: tuple[Array, Array], b: tuple[Array, Array], xp: Namespace, per_seq: bool
+) -> tuple[Array, Array]:
     """``where(cond, a, b)`` for (cos, sin) pairs; ``cond`` is 0-d or ``(..., 1)`` per sequence."""
     if per_seq and cond.ndim >= 1:
         cond = cond[..., None]
@@ -421,9 +448,8 @@ def _select(cond: Array, a: tuple[Array, Array], b: tuple[Array, Array], xp: Nam
 class DynamicNTK(Scaling):
     """Dynamic NTK (HF ``"dynamic"``): the NTK base follows the sequence length.
 
-    With ``L = max_position_embeddings`` and ``n = seq_len = max(pos) + 1``: for
-    ``n <= L`` the default frequencies; beyond, base
-    ``base * (factor * n / L - (factor - 1))**(d / (d - 2))``.
+    With ``L = max_position_embeddings`` and ``n = seq_len = max(pos) + 1``: for ``n <= L``
+    the default frequencies; beyond, base ``base * (factor * n / L - (factor - 1))**(d / (d - 2))``.
 
     Parameters
     ----------
@@ -437,12 +463,11 @@ class DynamicNTK(Scaling):
 
     Notes
     -----
-    Hugging Face's module is stateful: after a long sequence it keeps the grown
-    frequencies for later shorter ones (down to ``L``).  Here the frequencies are
-    a pure function of the positions given, which equals HF on a fresh module.
-    In ``"exact"`` mode the grown branch is computed in the widest float of the
-    backend (float64: error ~1e-12; float32-only backends: the float32 recipe's
-    error); the ``n <= L`` branch is exact.
+    Hugging Face's module is stateful: after a long sequence it keeps the grown frequencies
+    for later shorter ones (down to ``L``).  Here the frequencies are a pure function of the
+    positions given, which equals HF on a fresh module.  In ``"exact"`` mode the grown branch
+    is computed in the widest float of the backend (float64: error ~1e-12; float32-only
+    backends: the float32 recipe's error); the ``n <= L`` branch is exact.
 
     Examples
     --------
@@ -463,24 +488,43 @@ class DynamicNTK(Scaling):
     dynamic: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        _check_factor("DynamicNTK", self.factor)
-        _check_length("DynamicNTK", self.max_position_embeddings, "max_position_embeddings")
+        _set(self, "factor", _factor("DynamicNTK", self.factor))
+        _set(
+            self,
+            "max_position_embeddings",
+            _length("DynamicNTK", self.max_position_embeddings, "max_position_embeddings"),
+        )
+        _set(self, "per_sequence", v.check_bool(self.per_sequence, "DynamicNTK per_sequence"))
 
-    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
+    def check_dim(self, dim: int) -> None:
+        _check_ntk_dim("DynamicNTK", dim)
+
+    def variants(self) -> tuple[Scaling, ...]:
+        return (Default(),)
+
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Device = None) -> Array:
         # HF's init-time frequencies: the dynamic formula at seq_len = L, in Python floats.
-        L, f = self.max_position_embeddings, float(self.factor)
+        L, f = self.max_position_embeddings, self.factor
         b = float(base) * ((f * L / L) - (f - 1)) ** (dim / (dim - 2))
         return default_float32_inv_freq(dim, b, xp=xp, device=device)
 
     def dynamic_cos_sin(
-        self, rope: Any, pos: Array, *, xp: Namespace, device: Any, dtype: Any
+        self,
+        pos: Array,
+        static: StaticCosSin,
+        *,
+        dim: int,
+        base: float,
+        angles: AngleMethod,
+        xp: Namespace,
+        device: Device,
+        dtype: DType,
+        wide: DType,
     ) -> tuple[Array, Array]:
-        """cos/sin (attention factor not applied) at ``pos`` for ``rope``; no value branching."""
-        dim, base = rope.rotary_dim, rope.base
-        L, f = self.max_position_embeddings, float(self.factor)
+        L, f = self.max_position_embeddings, self.factor
         n = _seq_len(pos, xp, self.per_sequence)
-        static = _static_cos_sin(rope, pos, xp, device, dtype)
-        if rope.angles == "float32":
+        short = static(0)
+        if angles == "float32":
             # HF's tensor path, op for op: seq_len as float32, base in float32, then pow.
             n32 = xp.astype(xp.clip(n, min=L), xp.float32)
             b = base * ((f * n32 / L) - (f - 1)) ** (dim / (dim - 2))
@@ -489,20 +533,17 @@ class DynamicNTK(Scaling):
             exps = xp.astype(xp.arange(0, dim, 2, device=device), xp.float32) / dim
             inv = 1.0 / (b**exps)
             ang = xp.astype(pos, xp.float32)[..., None] * inv
-            grown = (xp.cos(ang), xp.sin(ang))
         else:
-            wd = widest_float(xp, device)
-            nf = xp.clip(xp.astype(n, wd), min=float(L))
+            nf = xp.clip(xp.astype(n, wide), min=float(L))
             log_b = math.log(base) + (dim / (dim - 2)) * xp.log(f * nf / L - (f - 1))
             if log_b.ndim:
                 log_b = log_b[..., None]
-            exps = xp.arange(0, dim, 2, dtype=wd, device=device) / dim
-            inv = xp.exp(-exps * log_b)
-            ang = xp.astype(pos, wd)[..., None] * inv
-            grown = (xp.cos(ang), xp.sin(ang))
+            exps = xp.arange(0, dim, 2, dtype=wide, device=device) / dim
+            ang = xp.astype(pos, wide)[..., None] * xp.exp(-exps * log_b)
+        grown = (xp.cos(ang), xp.sin(ang))
         if grown[0].dtype != dtype:
             grown = (xp.astype(grown[0], dtype), xp.astype(grown[1], dtype))
-        return _select(n > L, grown, static, xp, self.per_sequence)
+        return _select(n > L, grown, short, xp, self.per_sequence)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -517,10 +558,10 @@ class LongRoPE(Scaling):
     short_factor, long_factor : sequence of float
         ``rotary_dim // 2`` positive factors each.
     original_max_position_embeddings : int
-        Pre-training context length ``L0``.
+        Pre-training context length ``L0`` (at least 2).
     factor : float, optional
-        Extension factor (HF default ``max_position_embeddings / L0``); sets the
-        attention factor ``sqrt(1 + ln(factor) / ln(L0))`` (1 when ``factor <= 1``).
+        Extension factor (HF default ``max_position_embeddings / L0``); sets the attention
+        factor ``sqrt(1 + ln(factor) / ln(L0))`` (1 when ``factor <= 1``).
     attention_factor_ : float, optional
         Overrides the attention factor.
     per_sequence : bool
@@ -544,35 +585,50 @@ class LongRoPE(Scaling):
     dynamic: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        short = _float_tuple("LongRoPE", "short_factor", self.short_factor)
-        long = _float_tuple("LongRoPE", "long_factor", self.long_factor)
+        short = v.check_positive_floats(self.short_factor, "LongRoPE short_factor")
+        long = v.check_positive_floats(self.long_factor, "LongRoPE long_factor")
         if len(short) != len(long):
             raise ValueError(
                 f"LongRoPE short_factor and long_factor must have the same length, got {len(short)} "
                 f"and {len(long)}"
             )
-        object.__setattr__(self, "short_factor", short)
-        object.__setattr__(self, "long_factor", long)
-        _check_length("LongRoPE", self.original_max_position_embeddings, "original_max_position_embeddings")
+        _set(self, "short_factor", short)
+        _set(self, "long_factor", long)
+        _set(
+            self,
+            "original_max_position_embeddings",
+            _length(
+                "LongRoPE",
+                self.original_max_position_embeddings,
+                "original_max_position_embeddings",
+                minimum=2,
+            ),
+        )
         if self.factor is None and self.attention_factor_ is None:
             raise ValueError(
                 "LongRoPE needs factor (max_position_embeddings / original_max_position_embeddings) "
                 "or attention_factor"
             )
-        if self.factor is not None and not (math.isfinite(float(self.factor)) and float(self.factor) > 0):
-            raise ValueError(f"LongRoPE factor must be a positive number, got {self.factor!r}")
-        af = self.attention_factor_
-        if af is not None and not (math.isfinite(float(af)) and float(af) > 0):
-            raise ValueError(f"LongRoPE attention_factor must be a positive number, got {af!r}")
+        if self.factor is not None:
+            _set(self, "factor", v.check_float(self.factor, "LongRoPE factor", above=0.0))
+        if self.attention_factor_ is not None:
+            _set(
+                self,
+                "attention_factor_",
+                v.check_float(self.attention_factor_, "LongRoPE attention_factor", above=0.0),
+            )
+        _set(self, "per_sequence", v.check_bool(self.per_sequence, "LongRoPE per_sequence"))
 
-    def _check_dim(self, dim: int) -> None:
-        for name in ("short_factor", "long_factor"):
-            Factors(getattr(self, name))._check_dim(dim, "LongRoPE", name)
+    def check_dim(self, dim: int) -> None:
+        Factors(self.short_factor).check_dim(dim, "LongRoPE", "short_factor")
+        Factors(self.long_factor).check_dim(dim, "LongRoPE", "long_factor")
+
+    def variants(self) -> tuple[Scaling, ...]:
+        return (Factors(self.short_factor), Factors(self.long_factor))
 
     def attention_factor(self, dim: int, base: float) -> float:
-        self._check_dim(dim)
         if self.attention_factor_ is not None:
-            return float(self.attention_factor_)
+            return self.attention_factor_
         s = float(self.factor)  # type: ignore[arg-type]
         if s <= 1.0:
             return 1.0
@@ -582,26 +638,35 @@ class LongRoPE(Scaling):
         """The short-factor frequencies (used while ``seq_len <= L0``)."""
         return Factors(self.short_factor).inv_freq(dim, base)
 
-    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Any = None) -> Array:
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Device = None) -> Array:
         return Factors(self.short_factor).float32_inv_freq(dim, base, xp=xp, device=device)
 
     def dynamic_cos_sin(
-        self, rope: Any, pos: Array, *, xp: Namespace, device: Any, dtype: Any
+        self,
+        pos: Array,
+        static: StaticCosSin,
+        *,
+        dim: int,
+        base: float,
+        angles: AngleMethod,
+        xp: Namespace,
+        device: Device,
+        dtype: DType,
+        wide: DType,
     ) -> tuple[Array, Array]:
-        """cos/sin (attention factor not applied) at ``pos`` for ``rope``; no value branching."""
         n = _seq_len(pos, xp, self.per_sequence)
-        short = _sub_rope(rope, Factors(self.short_factor))._half_cos_sin(pos, xp, device, dtype)
-        long = _sub_rope(rope, Factors(self.long_factor))._half_cos_sin(pos, xp, device, dtype)
-        return _select(n > self.original_max_position_embeddings, long, short, xp, self.per_sequence)
+        return _select(n > self.original_max_position_embeddings, static(1), static(0), xp, self.per_sequence)
 
 
 _REGISTRY: dict[str, type[Scaling]] = {}
 
 
 def register(cls: type[Scaling]) -> type[Scaling]:
-    """Class decorator registering a scaling under its ``rope_type`` (needed for
-    ``from_dict`` and for use under ``torch.compile``, which rebuilds scalings from
-    their plain-value key)."""
+    """Class decorator: make a scaling's ``rope_type`` known to :func:`from_dict`."""
+    if not (isinstance(cls, type) and issubclass(cls, Scaling)):
+        raise TypeError(f"register needs a Scaling subclass, got {cls!r}")
+    if "rope_type" not in cls.__dict__:
+        raise ValueError(f"{cls.__name__} must define its own rope_type to be registered")
     _REGISTRY[cls.rope_type] = cls
     return cls
 
@@ -610,22 +675,18 @@ for _cls in (Default, Linear, NTK, Factors, YaRN, Llama3, DynamicNTK, LongRoPE):
     register(_cls)
 
 
-def key(scaling: Scaling) -> tuple:
-    """Plain-value (hashable, compile-friendly) key of a scaling: ``(rope_type, fields)``."""
-    return (type(scaling).rope_type, dataclasses.astuple(scaling))
-
-
-def from_key(k: tuple) -> Scaling:
-    """Inverse of ``key``."""
-    kind, fields = k
-    return _REGISTRY[kind](*fields)
-
-
 def resolve(scaling: Any) -> Scaling:
-    """Normalise the ``scaling=`` argument to a ``Scaling`` instance."""
+    """Normalise the ``scaling=`` argument: ``None``, a :class:`Scaling`, or an HF ``rope_scaling`` dict."""
     if scaling is None:
         return Default()
     if isinstance(scaling, Scaling):
+        try:
+            hash(scaling)
+        except TypeError:
+            raise TypeError(
+                f"scaling {type(scaling).__name__} must be hashable (a frozen dataclass with "
+                "plain-value fields)"
+            ) from None
         return scaling
     if isinstance(scaling, dict):
         return from_dict(scaling)
@@ -637,15 +698,29 @@ def resolve(scaling: Any) -> Scaling:
 
 #: HF dict keys whose dataclass field has another name.
 _RENAMES = {"attention_factor": "attention_factor_"}
+#: Keys of HF dicts that describe the RoPE, not the scaling.
+_ROPE_KEYS = frozenset(
+    {
+        "rope_type",
+        "type",
+        "rope_theta",
+        "partial_rotary_factor",
+        "max_position_embeddings",
+        "mrope_section",
+        "mrope_interleaved",
+        "original_max_position_embeddings",
+        "head_dim",
+    }
+)
 
 
 def from_dict(d: dict[str, Any], **defaults: Any) -> Scaling:
     """Build a scaling from a Hugging Face ``rope_scaling`` / ``rope_parameters`` dict.
 
-    ``defaults`` fill fields the dict lacks (``from_hf`` passes
-    ``max_position_embeddings`` and ``original_max_position_embeddings``); keys
-    that are not fields of the scaling (``rope_theta``, ``partial_rotary_factor``...)
-    are ignored.  ``None`` values count as absent.
+    ``defaults`` fill fields the dict lacks (``from_hf`` passes ``max_position_embeddings``
+    and ``original_max_position_embeddings``).  Keys that are neither a field of the scaling
+    nor a RoPE key HF puts beside it (``rope_theta``, ``partial_rotary_factor``...) are an
+    error, as are missing required fields.  ``None`` values count as absent.
 
     Examples
     --------
@@ -658,14 +733,24 @@ beta_slow=1.0, mscale=None, mscale_all_dim=None, truncate=True)
         raise TypeError(f"rope_scaling must be a dict, got {type(d).__name__}")
     kind = d.get("rope_type", d.get("type", "default"))
     if kind not in _REGISTRY:
-        raise ValueError(f"unknown scaling rope_type {kind!r}; known: {sorted(_REGISTRY)}")
+        raise v.unknown_option("rope_type", kind, _REGISTRY)
     cls = _REGISTRY[kind]
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    kw: dict[str, Any] = {k: v for k, v in defaults.items() if k in fields and v is not None}
-    for k, v in d.items():
+    kw: dict[str, Any] = {k: val for k, val in defaults.items() if k in fields and val is not None}
+    unknown = []
+    for k, val in d.items():
         name = _RENAMES.get(k, k)
-        if name in fields and v is not None:
-            kw[name] = v
+        if name in fields:
+            if val is not None:
+                kw[name] = val
+        elif k not in _ROPE_KEYS:
+            unknown.append(k)
+    if unknown:
+        names = sorted(n.rstrip("_") for n in fields)
+        raise ValueError(
+            f"rope_type {kind!r} does not take {', '.join(repr(k) for k in sorted(unknown))}; "
+            f"its parameters are {names}"
+        )
     missing = [
         n
         for n, f in fields.items()

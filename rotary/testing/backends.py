@@ -1,15 +1,17 @@
-"""The backends ``rotary`` is tested on, as one registry shared by the test suite,
-the conformance suite and the benchmarks.
+"""The backends ``rotary`` is tested on, as one registry shared by the test suite, the
+conformance suite and the benchmarks.
 
-Each :class:`Backend` knows how to move a NumPy array onto itself (``asarray``),
-back (``to_numpy``), and which float dtypes it has.  ``available()`` lists those
-whose library is installed (CuPy only with a working GPU).  Select a subset with
-the environment variable ``ROTARY_BACKENDS`` (comma separated names).
+Each :class:`Backend` is described by *capabilities* (lazy, writeable, float64, float16,
+bfloat16, int64, device) rather than by its name, moves a NumPy array onto itself
+(``asarray``) and back (``to_numpy``).  :func:`available` lists those whose library is
+installed (CuPy and torch CUDA only with a working GPU).  Select a subset with the
+environment variable ``ROTARY_BACKENDS`` (comma separated names).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.util
 import os
 from collections.abc import Callable
@@ -17,22 +19,31 @@ from typing import Any
 
 import numpy as np
 
-from .._compat import to_numpy as _to_numpy
+from .._lib._compat import to_numpy as _to_numpy
 
 __all__ = ["ALL_BACKENDS", "Backend", "available", "backend_params", "get"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Backend:
-    """One array library (optionally on one device) to run ``rotary`` on."""
+    """One array library (optionally on one device) to run ``rotary`` on, and what it can do."""
 
     name: str
     module: str
     _make_xp: Callable[[], Any] = dataclasses.field(repr=False)
     _device: Callable[[], Any] = dataclasses.field(repr=False, default=lambda: None)
-    readonly: bool = False
+    #: Arrays can be written in place (NumPy read-only arrays, JAX and Dask: no).
+    writeable: bool = True
+    #: Arrays are lazy graphs: values must never be computed while a graph is built.
     lazy: bool = False
+    #: Has float64 (and int64: the ``x64`` types).
     float64: bool = True
+    float16: bool = True
+    bfloat16: bool = False
+    #: Values of its arrays can be read eagerly on the host (rotary checks positions there).
+    host_values: bool = True
+    #: Supports ``jax.jit`` / ``torch.compile`` style tracing (which tests apply).
+    tracer: str | None = None
 
     @property
     def xp(self) -> Any:
@@ -43,60 +54,60 @@ class Backend:
     def device(self) -> Any:
         return self._device()
 
+    @property
+    def readonly(self) -> bool:
+        return not self.writeable
+
     def dtype(self, name: str) -> Any:
-        """Dtype object by name: float16, bfloat16, float32, float64, int32, int64."""
+        """Dtype object by name: float16, bfloat16, float32, float64, int32, int64..."""
         if name == "bfloat16":
-            if self.module == "torch":
-                import torch
-
-                return torch.bfloat16
-            if self.module == "jax":
-                import jax.numpy as jnp
-
-                return jnp.bfloat16
-            raise ValueError(f"{self.name} has no bfloat16")
+            if not self.bfloat16:
+                raise ValueError(f"{self.name} has no bfloat16")
+            return importlib.import_module("torch" if self.module == "torch" else "jax.numpy").bfloat16
         return getattr(self.xp, name)
 
     def float_dtypes(self) -> list[str]:
         """Floating dtype names this backend supports."""
-        out = ["float32"]
-        if self.float64:
-            out.append("float64")
-        if self.module in ("torch", "jax", "numpy", "cupy"):
-            out.append("float16")
-        if self.module in ("torch", "jax"):
-            out.append("bfloat16")
-        return out
+        return [
+            n
+            for n, ok in (
+                ("float32", True),
+                ("float64", self.float64),
+                ("float16", self.float16),
+                ("bfloat16", self.bfloat16),
+            )
+            if ok
+        ]
+
+    def int_dtype(self) -> str:
+        """The widest integer dtype (int64 with x64 types, else int32)."""
+        return "int64" if self.float64 else "int32"
 
     def asarray(self, a: Any, dtype: str | None = None) -> Any:
         """A copy of NumPy data ``a`` as an array of this backend (on its device)."""
         a = np.asarray(a)
         if dtype is None:
             dtype = a.dtype.name
+        if dtype == "int64" and not self.float64:
+            dtype = "int32"  # no int64 here (JAX without x64 would truncate with a warning)
         if self.module == "numpy":
             out = np.array(a, dtype=dtype)
-            if self.readonly:
+            if not self.writeable:
                 out.setflags(write=False)
             return out
         if self.module == "dask":
             import dask.array as da
 
             arr = np.asarray(a, dtype=dtype)
-            chunks = tuple(max(1, s // 2) for s in arr.shape[:-1]) + arr.shape[-1:] if arr.ndim else ()
-            return da.from_array(arr, chunks=chunks) if arr.ndim else da.from_array(arr)
-        if self.module == "torch" and dtype == "bfloat16":
-            import torch
-
-            return torch.asarray(a.astype(np.float32), device=self.device).to(torch.bfloat16)
-        if self.module == "jax" and dtype == "bfloat16":
-            import jax.numpy as jnp
-
-            return jnp.asarray(a.astype(np.float32)).astype(jnp.bfloat16)
-        if self.module == "jax" and dtype == "int64" and not self.float64:
-            dtype = "int32"  # JAX without x64 has no int64 (it would truncate with a warning)
-        xp = self.xp
-        src = a.astype(np.float32) if dtype == "bfloat16" else a
-        return xp.asarray(src, dtype=self.dtype(dtype), device=self.device)
+            if not arr.ndim:
+                return da.from_array(arr)
+            chunks = (*(max(1, s // 2) for s in arr.shape[:-1]), arr.shape[-1])
+            return da.from_array(arr, chunks=chunks)
+        if dtype == "bfloat16":
+            return self.xp.astype(
+                self.xp.asarray(a.astype(np.float32), device=self.device), self.dtype("bfloat16")
+            )
+        return self.xp.asarray(a, dtype=self.dtype(dtype), device=self.device)
 
     def to_numpy(self, x: Any) -> np.ndarray:
         """Host NumPy copy of an array of this backend (bfloat16 widened to float32)."""
@@ -110,8 +121,11 @@ def _compat(name: str) -> Callable[[], Any]:
     return make
 
 
-def _strict() -> Any:
-    return importlib.import_module("array_api_strict")
+def _module(name: str) -> Callable[[], Any]:
+    def make() -> Any:
+        return importlib.import_module(name)
+
+    return make
 
 
 def _strict_device(name: str) -> Callable[[], Any]:
@@ -123,44 +137,35 @@ def _strict_device(name: str) -> Callable[[], Any]:
     return dev
 
 
-def _jax() -> Any:
-    import jax.numpy as jnp
-
-    return jnp
-
-
-def _jax_x64() -> bool:
-    try:
-        import jax
-
-        return bool(jax.config.jax_enable_x64)
-    except Exception:
-        return False
-
-
 def _torch_cuda() -> Any:
     import torch
 
     return torch.device("cuda")
 
 
+_STRICT = dict(module="array_api_strict", _make_xp=_module("array_api_strict"), float16=False)
+
 ALL_BACKENDS: tuple[Backend, ...] = (
     Backend("numpy", "numpy", _compat("numpy")),
-    Backend("numpy_readonly", "numpy", _compat("numpy"), readonly=True),
-    Backend("array_api_strict", "array_api_strict", _strict),
-    Backend("array_api_strict_device1", "array_api_strict", _strict, _strict_device("device1")),
+    Backend("numpy_readonly", "numpy", _compat("numpy"), writeable=False),
+    Backend("array_api_strict", **_STRICT),  # type: ignore[arg-type]
+    Backend("array_api_strict_device1", **_STRICT, _device=_strict_device("device1")),  # type: ignore[arg-type]
+    Backend("array_api_strict_no_float64", **_STRICT, _device=_strict_device("no_float64"), float64=False),  # type: ignore[arg-type]
+    Backend("torch", "torch", _compat("torch"), bfloat16=True, tracer="torch.compile"),
     Backend(
-        "array_api_strict_no_float64",
-        "array_api_strict",
-        _strict,
-        _strict_device("no_float64"),
-        float64=False,
+        "torch_cuda",
+        "torch",
+        _compat("torch"),
+        _torch_cuda,
+        bfloat16=True,
+        host_values=False,
+        tracer="torch.compile",
     ),
-    Backend("torch", "torch", _compat("torch")),
-    Backend("torch_cuda", "torch", _compat("torch"), _torch_cuda),
-    Backend("jax", "jax", _jax),
-    Backend("dask", "dask", _compat("dask.array"), lazy=True),
-    Backend("cupy", "cupy", _compat("cupy")),
+    Backend("jax", "jax", _module("jax.numpy"), writeable=False, bfloat16=True, tracer="jax.jit"),
+    Backend(
+        "dask", "dask", _compat("dask.array"), writeable=False, lazy=True, float16=False, host_values=False
+    ),
+    Backend("cupy", "cupy", _compat("cupy"), host_values=False),
 )
 
 
@@ -179,7 +184,7 @@ def _installed(b: Backend) -> bool:
         try:
             import cupy
 
-            return cupy.cuda.runtime.getDeviceCount() > 0
+            return bool(cupy.cuda.runtime.getDeviceCount() > 0)
         except Exception:
             return False
     if b.name == "array_api_strict_no_float64":
@@ -190,10 +195,20 @@ def _installed(b: Backend) -> bool:
     return True
 
 
+def _jax_x64() -> bool:
+    import jax
+
+    return bool(jax.config.jax_enable_x64)
+
+
 def available(names: str | None = None) -> list[Backend]:
     """Installed backends, optionally filtered by ``names`` or ``$ROTARY_BACKENDS``."""
     names = names if names is not None else os.environ.get("ROTARY_BACKENDS")
     wanted = None if not names else {n.strip() for n in names.split(",") if n.strip()}
+    if wanted is not None:
+        unknown = wanted - {b.name for b in ALL_BACKENDS}
+        if unknown:
+            raise ValueError(f"unknown backends {sorted(unknown)}; known: {[b.name for b in ALL_BACKENDS]}")
     out = []
     for b in ALL_BACKENDS:
         if wanted is not None and b.name not in wanted:
@@ -229,6 +244,7 @@ def backend_params() -> list[Any]:
         if b.name in avail:
             out.append(pytest.param(avail[b.name], id=b.name))
         else:
-            skip = pytest.mark.skip(reason=f"{b.name} not installed/usable")
-            out.append(pytest.param(b, id=b.name, marks=skip))
+            out.append(
+                pytest.param(b, id=b.name, marks=pytest.mark.skip(reason=f"{b.name} not installed/usable"))
+            )
     return out

@@ -45,10 +45,11 @@ from typing import Any
 
 import numpy as np
 
-from .._compat import to_numpy
+from .._lib._compat import to_numpy
 from . import reference
+from .asserts import eps
 
-__all__ = ["PROPERTIES", "PropertyResult", "RopeReport", "check_rope", "eps"]
+__all__ = ["PROPERTIES", "PropertyResult", "RopeReport", "check_rope"]
 
 #: The properties, in report order, with what each asserts.
 PROPERTIES: dict[str, str] = {
@@ -64,13 +65,6 @@ PROPERTIES: dict[str, str] = {
     "device": "output has the input's array type and device",
     "no_mutation": "inputs (x and pos) are left unchanged",
 }
-
-_EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
-
-
-def eps(dtype: Any) -> float:
-    """Spacing at 1.0 of a floating dtype (name or dtype object, bfloat16 included)."""
-    return _EPS[_dtype_name(dtype)]
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -178,7 +172,7 @@ class _Ctx:
         self.d = head_dim
         self.layout = layout
         self.base = base
-        self.eps = _EPS[self.dname]
+        self.eps = eps(self.dname)
         self.base_tol = ulps * self.eps
         self.angle_eps = angle_eps
         self.th = reference.theta(head_dim, base)

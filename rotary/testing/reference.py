@@ -24,11 +24,16 @@ _PI = decimal.Decimal("3.1415926535897932384626433832795028841971693993751058209
 _CTX = decimal.Context(prec=50)
 
 
+_LN_CTX = decimal.Context(prec=40)
+
+
 def theta(dim: int, base: float = 10000.0) -> np.ndarray:
-    """``theta_i = 1 / base**(2i / dim)``, ``i = 0 .. dim/2 - 1``, in float64.
+    """``theta_i = base**(-2i / dim)``, ``i = 0 .. dim/2 - 1``, each correctly rounded to float64.
 
     This is the float64 definition of the frequencies every implementation is compared
-    with (the golden vectors store these exact values).
+    with (the golden vectors store these exact values).  Computed with 40-digit decimal
+    arithmetic, so it is the same on every platform (``1 / base**e`` in float64 is not:
+    ``pow`` rounds differently between NumPy builds).
 
     Examples
     --------
@@ -36,7 +41,12 @@ def theta(dim: int, base: float = 10000.0) -> np.ndarray:
     >>> reference.theta(8, 10000.0)
     array([1.   , 0.1  , 0.01 , 0.001])
     """
-    return 1.0 / float(base) ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    ln_base = _LN_CTX.ln(decimal.Decimal(float(base)))
+    out = [
+        float(_LN_CTX.exp(-_LN_CTX.divide(decimal.Decimal(2 * i), decimal.Decimal(dim)) * ln_base))
+        for i in range(dim // 2)
+    ]
+    return np.asarray(out, dtype=np.float64)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -65,21 +75,51 @@ def _cos_sin_exact(p: float, t: float) -> tuple[float, float]:
         return float(c), float(s)
 
 
+#: Platforms whose ``longdouble`` has a 64-bit mantissa (x86): reduced angles are evaluated there.
+_WIDE = np.finfo(np.longdouble).nmant >= 63
+
+
+@functools.lru_cache(maxsize=1 << 18)
+def _reduced(p: float, t: float) -> tuple[float, float]:
+    """``p * t`` (exact real product) reduced into ``[-pi, pi]``, as ``hi + lo`` floats."""
+    with decimal.localcontext(_CTX):
+        a = decimal.Decimal(p) * decimal.Decimal(t)
+        two_pi = 2 * _PI
+        a = a - two_pi * (a / two_pi).to_integral_value(rounding=decimal.ROUND_FLOOR)
+        if a > _PI:
+            a -= two_pi
+        hi = float(a)
+        return hi, float(a - decimal.Decimal(hi))
+
+
 def cos_sin(pos: Sequence[float] | np.ndarray, th: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin of ``pos[..., None] * th``, each correctly rounded to float64.
 
     ``pos`` (any shape, integer or float64 values) and ``th`` are taken as exact float64
-    numbers; the product and the range reduction are exact to 50 digits.
+    numbers; the product and the range reduction are exact to 50 digits, and the reduced
+    angle (at most pi) is evaluated in 80-bit ``longdouble`` (with a 50-digit Taylor series
+    where the platform has no wider float).
     """
     p = np.asarray(pos, dtype=np.float64)
     th = np.asarray(th, dtype=np.float64)
-    c = np.empty((*p.shape, th.shape[0]), dtype=np.float64)
+    uniq, inv = np.unique(p.reshape(-1), return_inverse=True)
+    c = np.empty((uniq.size, th.shape[0]), dtype=np.float64)
     s = np.empty_like(c)
-    for idx in np.ndindex(*p.shape):
-        pv = float(p[idx])
-        for i, t in enumerate(th.tolist()):
-            c[(*idx, i)], s[(*idx, i)] = _cos_sin_exact(pv, t)
-    return c, s
+    if _WIDE:
+        hi = np.empty(c.shape, dtype=np.float64)
+        lo = np.empty(c.shape, dtype=np.float64)
+        for i, pv in enumerate(uniq.tolist()):
+            for j, t in enumerate(th.tolist()):
+                hi[i, j], lo[i, j] = _reduced(pv, t)
+        a = hi.astype(np.longdouble) + lo.astype(np.longdouble)
+        c[...], s[...] = np.cos(a), np.sin(a)
+    else:
+        for i, pv in enumerate(uniq.tolist()):
+            for j, t in enumerate(th.tolist()):
+                c[i, j], s[i, j] = _cos_sin_exact(pv, t)
+    shape = (*p.shape, th.shape[0])
+    idx = inv.reshape(-1)
+    return c[idx].reshape(shape), s[idx].reshape(shape)
 
 
 def pair_indices(rotary_dim: int, layout: str) -> list[tuple[int, int]]:

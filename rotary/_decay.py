@@ -1,12 +1,14 @@
-"""The long-term decay bound of RoPE (RoFormer section 3.4.3, rope-math.md section 4)."""
+"""The long-term decay bound of RoPE (RoFormer section 3.4.3)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import _checks
-from ._compat import Array, array_namespace, compute_dtype, creation_device, is_real_floating
-from .rope import RoPE, as_positions
+from ._backends import backend_for
+from ._lib import _validation as v
+from ._lib._compat import array_namespace, is_array
+from ._lib._typing import Array
+from ._rope import RoPE
 
 __all__ = ["decay_bound"]
 
@@ -14,10 +16,10 @@ __all__ = ["decay_bound"]
 def decay_bound(distance: Any, dim: int, base: float = 10000.0) -> Array:
     """The long-term decay curve ``(1/(d/2)) * sum_{j=1}^{d/2} |S_j|`` at relative distances.
 
-    With ``S_j = sum_{i<j} exp(1j * distance * theta_i)`` and ``theta_i = base**(-2i/d)``,
-    Abel summation bounds the RoPE attention score by ``max_i |h_{i+1} - h_i| * sum_j |S_j|``,
-    so this curve (the per-pair average of ``|S_j|``) shows how scores can decay as the
-    distance grows.  It starts at ``(d/2 + 1) / 2`` for distance 0.
+    With ``S_j = sum_{i<j} exp(1j * distance * theta_i)`` and ``theta_i = base**(-2i/d)``, Abel
+    summation bounds the RoPE attention score by ``max_i |h_{i+1} - h_i| * sum_j |S_j|``, so
+    this curve (the per-pair average of ``|S_j|``) shows how scores can decay as the distance
+    grows.  It starts at ``(d/2 + 1) / 2`` for distance 0.
 
     Parameters
     ----------
@@ -42,17 +44,16 @@ def decay_bound(distance: Any, dim: int, base: float = 10000.0) -> Array:
     >>> rotary.decay_bound(np.arange(0, 257, 64), 128).round(3)
     array([32.5  , 10.09 ,  9.273,  7.329,  6.543])
     """
-    xp = array_namespace(distance, names=("distance",))
-    dim = _checks.check_head_dim(dim, "dim")
-    base = _checks.check_base(base)
-    dev = creation_device(distance, xp) if hasattr(distance, "shape") else None
-    r = as_positions(distance, xp, dev, "distance")
-    if is_real_floating(xp, r.dtype):
+    xp = array_namespace(distance) if is_array(distance) else array_namespace()
+    be = backend_for(xp)
+    rope = RoPE(v.check_head_dim(dim, "dim"), base=v.check_base(base))
+    dev = be.creation_device(distance) if is_array(distance) else None
+    r, _ = be.positions(distance, name="distance", device=dev)
+    if v.is_floating(xp, r.dtype) and v.dtype_name(r.dtype) in ("float32", "float64"):
         out_dtype = r.dtype
     else:
         out_dtype = xp.__array_namespace_info__().default_dtypes(device=dev)["real floating"]
-    cdt = compute_dtype(xp, out_dtype)
-    c, s = RoPE(dim, base=base).cos_sin(r, xp=xp, device=dev, dtype=cdt)  # (..., d/2)
+    c, s = rope.cos_sin(r, xp=xp, device=dev, dtype=be.compute_dtype(out_dtype))
     re = xp.cumulative_sum(c, axis=-1)  # S_j for j = 1 .. d/2
     im = xp.cumulative_sum(s, axis=-1)
     out = xp.mean(xp.sqrt(re * re + im * im), axis=-1)

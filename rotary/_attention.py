@@ -1,0 +1,203 @@
+"""``attention``: softmax attention with RoPE, the quadratic reference and baseline.
+
+Numerically stable (row maximum subtracted, float32 or better inside) and blocked over
+queries so that the score matrix never holds more than about ``block_size x M`` entries per
+batch/head (16k tokens fit in memory).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ._backends import Backend, backend_for
+from ._lib import _validation as chk
+from ._lib._compat import array_namespace, is_array
+from ._lib._typing import Array, RotaryEmbedding
+from ._rope import rope_of
+
+__all__ = ["attention", "default_rope"]
+
+#: Target number of score entries per query block (per call, all heads together).
+_BLOCK_ELEMENTS = 2**24
+
+
+def default_rope(be: Backend, rope: Any, pos: Any, width: int, name: str = "rope") -> RotaryEmbedding | None:
+    """``rope`` checked against the feature ``width`` it rotates; ``RoPE(width)`` when only
+    ``pos`` is given; ``None`` when neither is."""
+    if rope is None:
+        if pos is None:
+            return None
+        # (every option spelled out: torch.compile passes literals, not defaults, as constants)
+        return rope_of(
+            be,
+            width,
+            base=10000.0,
+            layout="half",
+            rotary_dim=None,
+            scaling=None,
+            angles="exact",
+            partial="neox",
+        )
+    if not (hasattr(rope, "apply") and hasattr(rope, "rotate") and hasattr(rope, "head_dim")):
+        raise TypeError(f"{name} must be a rotary.RoPE, AxialRoPE or MRoPE, got {type(rope).__name__}")
+    if pos is None:
+        raise ValueError(f"{name}= needs positions: pass pos= (and k_pos= for keys elsewhere)")
+    if rope.head_dim != width:
+        raise ValueError(
+            f"{name}.head_dim={rope.head_dim} does not match the {width} features it would rotate"
+        )
+    return rope  # type: ignore[no-any-return]
+
+
+def attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    pos: Any = None,
+    *,
+    rope: RotaryEmbedding | None = None,
+    k_pos: Any = None,
+    causal: bool = False,
+    mask: Array | None = None,
+    scale: float | None = None,
+    block_size: int | None = None,
+) -> Array:
+    """Softmax attention ``softmax(R q (R k)^T * scale + mask) v`` with RoPE.
+
+    Parameters
+    ----------
+    q, k : array
+        Queries ``(..., N, d)`` and keys ``(..., M, d)``, same floating dtype.
+    v : array
+        Values ``(..., M, d_v)``.  Leading axes broadcast.
+    pos : array or int or sequence, optional
+        Query positions, broadcast to ``q.shape[:-1]``; ``None`` (default): no rotation.
+    rope : RoPE or AxialRoPE or MRoPE, optional
+        The rotary embedding (default ``RoPE(d)`` when ``pos`` is given).
+    k_pos : optional
+        Key positions, default ``pos`` (then ``pos`` must broadcast to ``k.shape[:-1]`` too).
+    causal : bool
+        Query ``i`` sees keys ``j <= i + M - N`` (aligned at the end, so a single new query
+        sees the whole KV cache).
+    mask : array, optional
+        Broadcasts to ``(..., N, M)``: boolean (``True`` = attend) or additive floating.  Rows
+        with no visible key give 0; keys no query sees (padding) never reach the output, even
+        if their values are not finite.
+    scale : float, optional
+        Logit scale, default ``1 / sqrt(d)``.
+    block_size : int, optional
+        Queries per block (default: about 16M score entries per block).
+
+    Returns
+    -------
+    array
+        ``(..., N, d_v)``, the dtype and device of ``q``.
+
+    Examples
+    --------
+    >>> import numpy as np, rotary
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = (rng.normal(size=(1, 2, 6, 8)).astype(np.float32) for _ in range(3))
+    >>> out = rotary.attention(q, k, v, np.arange(6), causal=True)
+    >>> out.shape
+    (1, 2, 6, 8)
+    >>> bool(np.allclose(out[..., 0, :], v[..., 0, :]))   # the first query sees only key 0
+    True
+    """
+    for name, x, what in (("q", q, "(..., N, d)"), ("k", k, "(..., M, d)"), ("v", v, "(..., M, d_v)")):
+        chk.check_array(x, name, what)
+    xp = array_namespace(q, k, v, mask, names=("q", "k", "v", "mask"))
+    be = backend_for(xp)
+    for name, x, what in (("q", q, "(..., N, d)"), ("k", k, "(..., M, d)"), ("v", v, "(..., M, d_v)")):
+        chk.check_dense(x, name)
+        chk.check_floating(x, xp, name)
+        if x.ndim < 2:
+            raise ValueError(f"{name} must have shape {what}, got shape {tuple(x.shape)}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same sequence length (axis -2), got k.shape={tuple(k.shape)} "
+            f"and v.shape={tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same feature dim (last axis), got q.shape={tuple(q.shape)} "
+            f"and k.shape={tuple(k.shape)}"
+        )
+    chk.check_same_dtype([("q", q), ("k", k), ("v", v)])
+    be.check_devices([("q", q), ("k", k), ("v", v)])
+    causal = chk.check_bool(causal, "causal")
+    if block_size is not None:
+        block_size = chk.check_int(block_size, "block_size", minimum=1)
+    n, m, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    lead = chk.broadcast_shapes(
+        tuple(q.shape[:-2]), tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="q, k and v"
+    )
+    scale = 1.0 / math.sqrt(d) if scale is None else chk.check_float(scale, "scale")
+    if mask is not None:
+        if not is_array(mask):
+            raise TypeError(f"mask must be a boolean or floating array, got {type(mask).__name__}")
+        if not (xp.isdtype(mask.dtype, "bool") or chk.is_floating(xp, mask.dtype)):
+            raise TypeError(
+                f"mask must be boolean (True = attend) or floating (added to the logits), got "
+                f"{chk.dtype_name(mask.dtype)}; for a 0/1 integer mask pass mask.astype(bool)"
+            )
+        if mask.ndim < 2:
+            raise ValueError(
+                f"mask must broadcast to (..., N, M) = (..., {n}, {m}), got shape {tuple(mask.shape)}"
+            )
+        try:
+            chk.broadcast_shapes(tuple(mask.shape), (*lead, n, m), names="mask and the scores")
+        except ValueError:
+            raise ValueError(
+                f"mask of shape {tuple(mask.shape)} does not broadcast to the scores (..., N, M) = "
+                f"{(*lead, n, m)}"
+            ) from None
+    rope = default_rope(be, rope, pos, d)
+    cdt = be.compute_dtype(q.dtype)
+    dev = be.creation_device(q)
+    qc, kc, vc = (x if x.dtype == cdt else xp.astype(x, cdt) for x in (q, k, v))
+    if rope is not None:
+        qc, kc = rope.apply(qc, kc, pos, k_pos=k_pos)
+    out_shape = (*lead, n, v.shape[-1])
+    if m == 0 or n == 0:
+        return xp.zeros(out_shape, dtype=q.dtype, device=dev)
+    is_bool = mask is not None and xp.isdtype(mask.dtype, "bool")
+    if mask is not None and is_bool:
+        # Keys that no query sees (padding) must not reach the output even if v holds NaN/inf
+        # there (0 * inf = NaN in the weighted sum).
+        visible = xp.any(xp.broadcast_to(mask, (*mask.shape[:-2], n, m)), axis=-2)
+        vc = xp.where(visible[..., None], vc, xp.zeros_like(vc))
+    kt = xp.matrix_transpose(kc)
+    if block_size is None:
+        rows = 1
+        for s in lead:
+            rows *= int(s)
+        block_size = max(1, min(n, _BLOCK_ELEMENTS // max(1, rows * m)))
+    jdx = xp.arange(m, device=dev)
+    outs = []
+    for s in range(0, n, block_size):
+        e = min(s + block_size, n)
+        logits = xp.matmul(qc[..., s:e, :], kt) * scale
+        keep = None
+        if causal:
+            idx = xp.arange(s, e, device=dev) + (m - n)
+            keep = jdx[None, :] <= idx[:, None]
+        if mask is not None:
+            mb = mask[..., s:e, :] if mask.shape[-2] == n and n != 1 else mask
+            if is_bool:
+                keep = mb if keep is None else xp.logical_and(keep, mb)
+            else:
+                logits = logits + xp.astype(mb, cdt)
+        if keep is not None:
+            logits = xp.where(keep, logits, xp.full_like(logits, -math.inf))
+        mx = xp.max(logits, axis=-1, keepdims=True)
+        mx = xp.where(xp.isfinite(mx), mx, xp.zeros_like(mx))  # fully masked rows
+        p = xp.exp(logits - mx)
+        if keep is not None:
+            p = xp.where(keep, p, xp.zeros_like(p))
+        den = xp.sum(p, axis=-1, keepdims=True)
+        den = xp.where(den > 0, den, xp.ones_like(den))
+        outs.append(xp.matmul(p, vc) / den)
+    out = outs[0] if len(outs) == 1 else xp.concat(outs, axis=-2)
+    return out if out.dtype == q.dtype else xp.astype(out, q.dtype)

@@ -1,0 +1,148 @@
+"""Blocked eager kernels shared by the NumPy and torch (CPU, eager) backends.
+
+Both libraries write into preallocated arrays (``out=``), so the rotation and the exact
+angles' gathers run block by block into one output: no full-size temporaries, and each
+block's operands stay in cache between passes.  Every kernel computes exactly what the
+generic array-API code computes, in the same order: bit-identical results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from .._lib._typing import Array, Layout
+from .._math._angles import DIGIT_BITS, RADIX
+
+__all__ = ["Ops", "exact_int", "rotate"]
+
+#: Bytes of one block: operands of a block stay in the L2 cache between passes.
+BLOCK_BYTES = 1 << 18
+
+
+class Ops(NamedTuple):
+    """The ``out=`` operations of one library."""
+
+    empty: Callable[..., Array]  # empty(shape) in the kernel's dtype/device
+    empty_like: Callable[[Array], Array]
+    mul: Callable[..., Array]
+    sub: Callable[..., Array]
+    add: Callable[..., Array]
+    take_into: Callable[[Array, Array, Array], None]  # out[:] = table[idx] (rows)
+    negate_rows: Callable[[Array, Array], None]  # t[mask] = -t[mask], in place
+    broadcast_to: Callable[[Array, tuple[int, ...]], Array]
+
+
+# -- the rotation ------------------------------------------------------------------------------
+def _prod(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def blocks(lead: tuple[int, ...], row_bytes: int) -> list[tuple[Any, ...]]:
+    """Index tuples cutting the leading axes ``lead`` into blocks of about ``BLOCK_BYTES``."""
+    inner = row_bytes
+    sizes = []
+    for n in reversed(lead):
+        sizes.append(inner)
+        inner *= n
+    sizes.reverse()  # sizes[a]: bytes of one index of axis a
+    a = next((i for i, per in enumerate(sizes) if per <= BLOCK_BYTES), len(sizes) - 1)
+    step = max(1, BLOCK_BYTES // sizes[a])
+    heads: list[tuple[int, ...]] = [()]
+    for n in lead[:a]:
+        heads = [(*t, i) for t in heads for i in range(n)]
+    return [(*head, slice(i, min(i + step, lead[a]))) for head in heads for i in range(0, lead[a], step)]
+
+
+def _rotate_block(x1, x2, c, s, o1, o2, t, ops: Ops) -> None:  # type: ignore[no-untyped-def]
+    ops.mul(x1, c, out=o1)
+    ops.mul(x2, s, out=t)
+    ops.sub(o1, t, out=o1)  # x1 * c - x2 * s
+    ops.mul(x2, c, out=o2)
+    ops.mul(x1, s, out=t)
+    ops.add(o2, t, out=o2)  # x2 * c + x1 * s
+
+
+def rotate(x: Array, c: Array, s: Array, layout: Layout, rotary_dim: int, ops: Ops) -> Array:
+    """:func:`rotary._math._rotation.rotate_pairs` for ``x`` already in the dtype of ``c``."""
+    d = x.shape[-1]
+    h = rotary_dim // 2
+    out = ops.empty_like(x)
+    if rotary_dim < d:
+        out[..., rotary_dim:] = x[..., rotary_dim:]
+    if layout == "half":
+        x1, x2, o1, o2 = x[..., :h], x[..., h:rotary_dim], out[..., :h], out[..., h:rotary_dim]
+    else:
+        x1, x2 = x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
+        o1, o2 = out[..., 0:rotary_dim:2], out[..., 1:rotary_dim:2]
+    lead = tuple(x.shape[:-1])
+    row_bytes = d * x.itemsize
+    if row_bytes * _prod(lead) <= 2 * BLOCK_BYTES or not lead:
+        _rotate_block(x1, x2, c, s, o1, o2, ops.empty_like(o1), ops)
+        return out
+    c = ops.broadcast_to(c, (*lead, h))
+    s = ops.broadcast_to(s, (*lead, h))
+    bl = blocks(lead, row_bytes)
+    tmp = ops.empty_like(o1[bl[0]])
+    for b in bl:
+        t = tmp if tmp.shape == o1[b].shape else ops.empty_like(o1[b])
+        _rotate_block(x1[b], x2[b], c[b], s[b], o1[b], o2[b], t, ops)
+    return out
+
+
+# -- the exact angles' gathers -------------------------------------------------------------------
+def exact_int(p: Array, tables: Array, levels: int, nonneg: bool, ops: Ops) -> tuple[Array, Array]:
+    """cos and sin, each ``(P, n)``, of 1-D integer positions ``p`` (already widened): the
+    generic :func:`rotary._math._angles.exact_cos_sin` block by block into two outputs."""
+    if not nonneg:
+        levels = tables.shape[0]
+    n = tables.shape[-1]
+    count = p.shape[0]
+    c_out, s_out = ops.empty((count, n)), ops.empty((count, n))
+    if count == 0:
+        return c_out, s_out
+    split = [(tables[lv, 0], tables[lv, 1]) for lv in range(tables.shape[0])]
+    step = max(1, min(count, BLOCK_BYTES // (2 * n * tables.itemsize)))
+    bufs = [ops.empty((step, n)) for _ in range(7)]
+    mask = RADIX - 1
+    for i in range(0, count, step):
+        j = min(i + step, count)
+        m = j - i
+        rest = p[i:j]
+        ac, as_, bc, bs, nc, ns, t = (b[:m] for b in bufs)
+        if levels == 1:
+            ops.take_into(split[0][0], rest, c_out[i:j])
+            ops.take_into(split[0][1], rest, s_out[i:j])
+            continue
+        idx = rest & mask
+        ops.take_into(split[0][0], idx, ac)
+        ops.take_into(split[0][1], idx, as_)
+        for level in range(1, levels):
+            rest = rest >> DIGIT_BITS
+            last = level == levels - 1
+            if not last:
+                idx = rest & mask
+                ops.take_into(split[level][0], idx, bc)
+                ops.take_into(split[level][1], idx, bs)
+            elif nonneg:
+                ops.take_into(split[level][0], rest, bc)
+                ops.take_into(split[level][1], rest, bs)
+            else:
+                negative = rest < 0
+                top = abs(rest)
+                ops.take_into(split[level][0], top, bc)
+                ops.take_into(split[level][1], top, bs)
+                ops.negate_rows(bs, negative)
+            dc, ds = (c_out[i:j], s_out[i:j]) if last else (nc, ns)
+            ops.mul(ac, bc, out=dc)
+            ops.mul(as_, bs, out=t)
+            ops.sub(dc, t, out=dc)  # c * tc - s * ts
+            ops.mul(as_, bc, out=ds)
+            ops.mul(ac, bs, out=t)
+            ops.add(ds, t, out=ds)  # s * tc + c * ts
+            if not last:
+                ac, as_, nc, ns = dc, ds, ac, as_
+    return c_out, s_out

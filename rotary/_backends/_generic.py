@@ -1,0 +1,326 @@
+"""The generic backend: the array-API code every library runs, and the hooks a library may override.
+
+A :class:`Backend` answers the questions that depend on the array library (can these
+values be read now? may this array be cached? where do constants live?) and supplies the
+few kernels a library can do better than the generic code: the rotation, the exact
+angles' gathers, and the exclusive prefix sum of causal linear attention.  A fast path
+computes exactly what the generic code here computes (same operations in the same order,
+so the same bits); ``tests/test_fast_paths.py`` proves it through
+:func:`rotary.fast_paths`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import numpy as np
+
+from .._lib import _validation as v
+from .._lib._cache import fast_paths_enabled, get_or_build
+from .._lib._compat import device as _device
+from .._lib._compat import is_array, is_host_positions, library_name, to_numpy
+from .._lib._typing import Array, Device, DType, Layout, Namespace
+from .._math import _angles, _linear
+from .._math._rotation import rotate_pairs
+
+__all__ = ["POSITION_TABLE_MAX", "Backend", "ConstantBuilder"]
+
+#: Builds a device constant: ``build(config, kind, xp, device, dtype) -> array``.
+ConstantBuilder = Callable[[Any, str, Namespace, Device, DType], Array]
+
+#: Concrete non-negative integer positions below this are looked up in a per-position table
+#: (built once with the exact method, so the same bits); it grows by powers of two from 4096.
+POSITION_TABLE_MAX = 1 << 15
+
+
+class Backend:
+    """The array-API backend of one namespace ``xp`` (NumPy-like eager semantics)."""
+
+    #: Arrays take slice assignment (an output can be filled chunk by chunk).
+    writable = True
+    #: Arrays are lazy graphs (Dask): nothing may be computed while validating.
+    lazy = False
+
+    def __init__(self, xp: Namespace) -> None:
+        self.xp = xp
+        self.name = library_name(xp)
+
+    def __repr__(self) -> str:
+        return f"<rotary backend {self.name}>"
+
+    # -- devices and dtypes ------------------------------------------------------------------
+    def creation_device(self, x: Array) -> Device:
+        """The ``device=`` for arrays created to sit beside ``x``."""
+        return _device(x)
+
+    def float_dtypes(self, device: Device) -> set[str]:
+        try:
+            return set(self.xp.__array_namespace_info__().dtypes(device=device, kind="real floating"))
+        except Exception:
+            return {"float32", "float64"} if hasattr(self.xp, "float64") else {"float32"}
+
+    def has_float64(self, device: Device) -> bool:
+        return "float64" in self.float_dtypes(device)
+
+    def has_int64(self, device: Device) -> bool:
+        try:
+            return "int64" in self.xp.__array_namespace_info__().dtypes(device=device, kind="signed integer")
+        except Exception:
+            return hasattr(self.xp, "int64")
+
+    def widest_float(self, device: Device) -> DType:
+        return self.xp.float64 if self.has_float64(device) else self.xp.float32
+
+    def compute_dtype(self, dtype: DType) -> DType:
+        """Internal math in float64 for float64 data, else float32."""
+        xp = self.xp
+        return xp.float64 if hasattr(xp, "float64") and dtype == xp.float64 else xp.float32
+
+    def check_devices(self, arrays: list[tuple[str, Array]]) -> None:
+        """The named arrays share one device (``ValueError`` naming them otherwise)."""
+        v.check_same_device([(n, _device(a)) for n, a in arrays])
+
+    # -- values --------------------------------------------------------------------------------
+    def is_concrete(self, x: Array) -> bool:
+        """``x``'s values can be read now, cheaply and without breaking a trace."""
+        return True
+
+    def is_real(self, x: Array) -> bool:
+        """``x`` may be cached (not a tracer, fake or functional tensor)."""
+        return True
+
+    def host_values(self, x: Array) -> np.ndarray:
+        """A host NumPy view or copy of concrete ``x``."""
+        return to_numpy(x)
+
+    # -- positions -----------------------------------------------------------------------------
+    def positions(self, pos: Any, *, name: str, device: Device) -> tuple[Array, tuple[int, int] | None]:
+        """``pos`` as an array of this namespace on ``device``, and ``(min, max)`` of its values
+        when they are concrete integers.
+
+        Host positions (Python values, NumPy arrays) are checked on the host and converted;
+        arrays of this namespace are checked where their values are concrete (see
+        :meth:`is_concrete`).  Values: finite, ``|p| < 2**36``.
+        """
+        if is_array(pos) and library_name_of(pos) == self.name:
+            v.check_position_dtype(pos.dtype, self.xp, name)
+            rng = _check_host(self.host_values(pos), name) if self.is_concrete(pos) else None
+            return pos, rng
+        if is_host_positions(pos):
+            host = _host_positions(pos, name)
+            rng = _check_host(host, name)
+            return self._from_host(host, rng, name=name, device=device), rng
+        raise TypeError(
+            f"{name} is a {type(pos).__module__}.{type(pos).__name__} but the data are {self.name} "
+            f"arrays; pass positions of the same library, a NumPy array or a Python sequence"
+        )
+
+    def _from_host(
+        self, host: np.ndarray, rng: tuple[int, int] | None, *, name: str, device: Device
+    ) -> Array:
+        xp = self.xp
+        if host.dtype.kind in "iu":
+            if self.has_int64(device):
+                dt = xp.int64
+            elif rng is None or (-(2**31) <= rng[0] and rng[1] < 2**31):
+                dt = xp.int32
+            else:
+                raise v.positions_too_wide(name, rng[1] if rng[1] >= 2**31 else rng[0], self.name)
+            return xp.asarray(host.astype(np.int64), dtype=dt, device=device)
+        wide = self.widest_float(device)
+        if wide != xp.float64:
+            h32 = host.astype(np.float32)
+            if not np.array_equal(h32.astype(np.float64), host.astype(np.float64)):
+                raise ValueError(
+                    f"{name} holds floating positions that float32 cannot represent exactly and this "
+                    f"device has no float64; pass integer positions, or values exact in float32"
+                )
+            return xp.asarray(h32, dtype=xp.float32, device=device)
+        return xp.asarray(host.astype(np.float64), dtype=xp.float64, device=device)
+
+    # -- constants -----------------------------------------------------------------------------
+    def constant(
+        self, build: ConstantBuilder, config: Hashable, kind: str, device: Device, dtype: DType
+    ) -> Array:
+        """``build(config, kind, xp, device, dtype)``, cached in the one cache."""
+        return get_or_build(
+            (config, kind, self.name, str(device), v.dtype_name(dtype)),
+            lambda: self._built(build(config, kind, self.xp, device, dtype)),
+        )
+
+    def _built(self, value: Array) -> tuple[Array, int, bool]:
+        return value, _nbytes(value), self.is_real(value)
+
+    def eager(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` run for real, even inside a trace (``torch.compile`` sees the result
+        as a constant); ``fn`` must return a string or an array."""
+        return fn(*args)
+
+    # -- kernels -------------------------------------------------------------------------------
+    def map_positions(
+        self, kernel: Callable[[Array, Array], Array], x: Array, pos: Array, *, name: str, pos_name: str
+    ) -> Array:
+        """``kernel(x, pos)``; lazy backends run it block by block."""
+        return kernel(x, pos)
+
+    def map_heads(self, kernel: Callable[[Array], Array], x: Array, *, axis: int, head_dim: int) -> Array:
+        """``kernel(x)``; lazy backends run it on blocks of whole heads along ``axis``."""
+        return kernel(x)
+
+    def rotate(self, x: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int) -> Array:
+        return rotate_pairs(x, c, s, layout=layout, rotary_dim=rotary_dim, xp=self.xp)
+
+    def exact_cos_sin(
+        self,
+        pos: Array,
+        tables: Array,
+        w: Array,
+        *,
+        dtype: DType,
+        rng: tuple[int, int] | None,
+        table_key: Hashable,
+    ) -> tuple[Array, Array]:
+        """Exact cos/sin; concrete non-negative integer positions take the per-position table
+        or skip the digit levels and the sign they do not need (same bits)."""
+        levels, nonneg = _angles.LEVELS, False
+        if rng is not None and rng[0] >= 0:
+            hi = rng[1]
+            if hi < POSITION_TABLE_MAX and fast_paths_enabled() and self.is_real(tables):
+                return self._table_lookup(pos, tables, w, dtype, hi, table_key)
+            levels, nonneg = _angles.levels_for_range(hi), True
+        return self._exact(pos, tables, w, dtype, levels, nonneg, table_key)
+
+    def _exact(
+        self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool, key: Hashable
+    ) -> tuple[Array, Array]:
+        """The generic exact method (``key`` identifies ``tables`` for a fast path's own caching)."""
+        return _angles.exact_cos_sin(
+            pos, tables, w, xp=self.xp, dtype=dtype, levels=levels, nonneg=nonneg, take=self._take_rows
+        )
+
+    def _table_lookup(
+        self, pos: Array, tables: Array, w: Array, dtype: DType, hi: int, table_key: Hashable
+    ) -> tuple[Array, Array]:
+        xp = self.xp
+        rows = 4096
+        while rows <= hi:
+            rows *= 2
+        dev = self.creation_device(tables)
+
+        def build() -> tuple[Array, int, bool]:
+            idx = xp.arange(rows, device=dev)
+            c, s = self._exact(idx, tables, w, dtype, _angles.levels_for_range(rows - 1), True, table_key)
+            table = xp.concat([c, s], axis=1)  # (rows, 2 n): one contiguous row per position
+            return self._built(table)
+
+        table = get_or_build((self.name, table_key, "position_table", rows), build)
+        n = w.shape[0]
+        flat = pos if pos.ndim == 1 else xp.reshape(pos, (-1,))
+        t = self._take_rows(table, flat)
+        c, s = t[:, :n], t[:, n:]
+        if pos.ndim != 1:
+            c, s = xp.reshape(c, (*pos.shape, n)), xp.reshape(s, (*pos.shape, n))
+        return c, s
+
+    def _take_rows(self, table: Array, idx: Array) -> Array:
+        return self.xp.take(table, idx, axis=0)
+
+    def causal_scan(
+        self,
+        chunks: _linear.Chunk,
+        init: _linear.State,
+        *,
+        size: int,
+        eps: float,
+        device: Device,
+        out_dtype: DType,
+    ) -> tuple[Array, _linear.State]:
+        """Causal linear attention over the sequence axis (-2) of ``chunks``, ``size`` tokens
+        at a time, from the state ``init``: a Python loop carrying the exclusive prefix sum of
+        the chunk states (working memory of one chunk)."""
+        xp = self.xp
+        n = chunks.a.shape[-2]
+        carry = init
+        outs: list[Array] = []
+        out = None
+        for start in range(0, n, size):
+            stop = min(start + size, n)
+            ch = _linear.Chunk(*(t[..., start:stop, :] for t in chunks))
+            o = _linear.chunk_output(ch, carry, eps, xp, device)
+            carry = _linear.add(carry, _linear.chunk_state(ch, xp))
+            if o.dtype != out_dtype:
+                o = xp.astype(o, out_dtype)
+            if not self.writable or stop - start == n:
+                outs.append(o)
+                continue
+            if out is None:
+                out = xp.empty((*o.shape[:-2], n, o.shape[-1]), dtype=out_dtype, device=device)
+            out[..., start:stop, :] = o
+        if out is None:
+            out = outs[0] if len(outs) == 1 else xp.concat(outs, axis=-2)
+        return out, carry
+
+    def jit(self, fn: Callable[..., Any], static_argnums: tuple[int, ...]) -> Callable[..., Any]:
+        """``fn`` compiled once per static configuration where the library has a compiler
+        that pays off eagerly (JAX); else ``fn``."""
+        return fn
+
+
+def library_name_of(x: Array) -> str:
+    from .._lib._compat import array_namespace
+
+    return library_name(array_namespace(x))
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, (tuple, list)):
+        return sum(_nbytes(a) for a in value)
+    n = 1
+    for s in value.shape:
+        n *= int(s)
+    try:
+        item = value.dtype.itemsize
+    except AttributeError:
+        item = 8
+    return n * int(item)
+
+
+def _host_positions(pos: Any, name: str) -> np.ndarray:
+    """Host positions as a NumPy array of integers or floats (never bool, complex, strings)."""
+    if isinstance(pos, (bool, np.bool_)):
+        raise v.bad_positions(name, "got a bool")
+    try:
+        host = np.asarray(pos)
+    except (TypeError, ValueError):
+        raise v.bad_positions(name, f"got {type(pos).__name__} that NumPy cannot read as numbers") from None
+    if host.dtype.name == "bfloat16":  # ml_dtypes: exact in float32
+        host = host.astype(np.float32)
+    if host.dtype.kind not in "iuf":
+        what = "booleans" if host.dtype.kind == "b" else f"{host.dtype} values"
+        raise v.bad_positions(name, f"got {what}")
+    return host
+
+
+def _check_host(host: np.ndarray, name: str) -> tuple[int, int] | None:
+    """Finite and ``|p| < 2**36``; ``(min, max)`` for integers (``None`` for floats or none)."""
+    if host.dtype.name == "bfloat16":
+        host = host.astype(np.float32)
+    if host.size == 0:
+        return None
+    if host.dtype.kind == "f":
+        if not np.all(np.isfinite(host)):
+            raise v.nonfinite_positions(name)
+        v.check_position_bound(float(np.max(np.abs(host.astype(np.float64)))), name)
+        return None
+    lo, hi = int(host.min()), int(host.max())
+    v.check_position_bound(float(max(-lo, hi)), name)
+    return lo, hi
+
+
+class DeviceBackend(Backend):
+    """A library whose arrays live on an accelerator (CuPy): values are never read eagerly
+    (that would force a device synchronisation)."""
+
+    def is_concrete(self, x: Array) -> bool:
+        return False

@@ -1,0 +1,123 @@
+"""NumPy: the generic backend plus eager ``out=`` kernels (see :mod:`rotary._backends._eager`).
+
+Measured on the 2-core CPU machine at (1, 32, 4096, 128) float32: about 2x faster than the
+generic code for the rotation and 3x for the exact angles of 128k positions
+(``python3 -m benchmarks``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+
+from .._lib._cache import fast_paths_enabled
+from .._lib._typing import Array, DType, Layout
+from .._math._angles import widen_positions
+from . import _eager
+from ._generic import Backend
+
+__all__ = ["NumpyBackend"]
+
+
+def _ops(dtype: DType) -> _eager.Ops:
+    def take_into(table: Array, idx: Array, out: Array) -> None:
+        np.take(table, idx, axis=0, out=out)
+
+    def negate_rows(t: Array, mask: Array) -> None:
+        np.negative(t, out=t, where=mask[:, None])
+
+    return _eager.Ops(
+        empty=lambda shape: np.empty(shape, dtype=dtype),
+        empty_like=np.empty_like,
+        mul=np.multiply,
+        sub=np.subtract,
+        add=np.add,
+        take_into=take_into,
+        negate_rows=negate_rows,
+        broadcast_to=np.broadcast_to,
+    )
+
+
+def _plain(*arrays: Any) -> bool:
+    return all(type(a) is np.ndarray for a in arrays)
+
+
+class NumpyBackend(Backend):
+    def rotate(self, x: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int) -> Array:
+        if not (fast_paths_enabled() and _plain(x, c, s)):
+            return super().rotate(x, c, s, layout=layout, rotary_dim=rotary_dim)
+        out_dtype = x.dtype
+        if x.dtype != c.dtype:
+            x = x.astype(c.dtype)
+        if rotary_dim == x.shape[-1]:
+            out = _rotate_full(x, c, s, layout, rotary_dim // 2)
+        else:
+            out = _eager.rotate(x, c, s, layout, rotary_dim, _ops(x.dtype))
+        return out if out.dtype == out_dtype else out.astype(out_dtype)
+
+    def _exact(
+        self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool, key: Hashable
+    ) -> tuple[Array, Array]:
+        if not (fast_paths_enabled() and _plain(pos, tables)) or pos.dtype.kind not in "iu":
+            return super()._exact(pos, tables, w, dtype, levels, nonneg, key)
+        flat = widen_positions(pos.reshape(-1), self.xp)
+        c, s = _eager.exact_int(flat, tables, levels, nonneg, _ops(tables.dtype))
+        n = tables.shape[-1]
+        return c.reshape((*pos.shape, n)), s.reshape((*pos.shape, n))
+
+    def _take_rows(self, table: Array, idx: Array) -> Array:
+        if _plain(table, idx):
+            return table.take(idx, axis=0)  # indices checked: no compat wrapper needed
+        return super()._take_rows(table, idx)
+
+
+def _sign(dtype: Any, interleaved: int) -> np.ndarray:
+    """``[-1, 1]`` along the pair axis, shape ``(2, 1)`` (half) or ``(1, 2)`` (interleaved)."""
+    return np.array([-1.0, 1.0], dtype=dtype).reshape((1, 2) if interleaved else (2, 1))
+
+
+def _rotate_full(x: np.ndarray, c: np.ndarray, s: np.ndarray, layout: Layout, h: int) -> np.ndarray:
+    """Whole head rotated: ``out = x * C + swap(x) * S`` block by block.
+
+    ``C`` repeats ``cos`` for both features of a pair and ``S`` holds ``[-sin, sin]``, laid
+    out for ``layout``; ``swap`` exchanges the features of every pair.  ``a + (-b) == a - b``
+    exactly, so this is the generic formula to the bit.  Half layout: ``swap`` is a view (the
+    pair axis reversed); interleaved: that view would leave an inner loop of length 2, so
+    the swap is copied into the block's scratch buffer (measured 3x faster).
+    """
+    lead = tuple(x.shape[:-1])
+    d = x.shape[-1]
+    out = np.empty(x.shape, dtype=x.dtype)
+    if layout == "half":
+        shp = (*lead, 2, h)
+        xv, ov = x.reshape(shp), out.reshape(shp)
+        xs = xv[..., ::-1, :]
+        c2 = c[..., None, :]
+        s2 = np.multiply(s[..., None, :], _sign(s.dtype, 0))
+    else:
+        xv, ov, xs = x, out, None
+        c2 = np.repeat(c, 2, axis=-1)
+        s2 = np.multiply(s[..., :, None], _sign(s.dtype, 1)).reshape((*s.shape[:-1], d))
+    row_bytes = d * x.itemsize
+    if row_bytes * _eager._prod(lead) <= 2 * _eager.BLOCK_BYTES or not lead:
+        bl: list[Any] = [(...,)]
+    else:
+        c2 = np.broadcast_to(c2, (*lead, *c2.shape[len(c2.shape) - len(ov.shape) + len(lead) :]))
+        s2 = np.broadcast_to(s2, (*lead, *s2.shape[len(s2.shape) - len(ov.shape) + len(lead) :]))
+        bl = _eager.blocks(lead, row_bytes)
+    tmp = np.empty(ov[bl[0]].shape, dtype=x.dtype)
+    for b in bl:
+        ob = ov[b]
+        t = tmp if tmp.shape == ob.shape else np.empty(ob.shape, dtype=x.dtype)
+        np.multiply(xv[b], c2[b], out=ob)
+        if xs is not None:
+            np.multiply(xs[b], s2[b], out=t)
+        else:
+            xpair, tpair = xv[b].reshape((*t.shape[:-1], h, 2)), t.reshape((*t.shape[:-1], h, 2))
+            np.copyto(tpair[..., 0], xpair[..., 1])
+            np.copyto(tpair[..., 1], xpair[..., 0])
+            np.multiply(t, s2[b], out=t)
+        np.add(ob, t, out=ob)
+    return out

@@ -1,0 +1,62 @@
+"""The loop-free exclusive prefix sum of causal linear attention (array API).
+
+All chunks at once: the sequence is zero-padded to a multiple of the chunk size (padded
+keys have zero features and zero values, so they add nothing; padded queries are cut off),
+reshaped to ``(..., chunks, C, F)``, the chunk states summed cumulatively over the chunk
+axis, and every chunk's outputs computed from its prefix in one batched call.  No Python
+loop over the sequence: a traced graph (``torch.compile``, ``jax.jit``) is the same for
+every length.  Extra working memory: the chunk states, ``N / C`` of ``F x d_v`` per head.
+"""
+
+from __future__ import annotations
+
+from .._lib._typing import Array, Device, DType, Namespace
+from .._math import _linear
+
+__all__ = ["batched_causal_scan"]
+
+
+def _pad_seq(x: Array, pad: int, xp: Namespace) -> Array:
+    if isinstance(pad, int) and pad == 0:
+        return x
+    zeros = xp.zeros((*x.shape[:-2], pad, x.shape[-1]), dtype=x.dtype, device=_dev(x))
+    return xp.concat([x, zeros], axis=-2)
+
+
+def _dev(x: Array) -> Device:
+    return getattr(x, "device", None)
+
+
+def batched_causal_scan(
+    chunks: _linear.Chunk,
+    init: _linear.State,
+    *,
+    size: int,
+    eps: float,
+    device: Device,
+    out_dtype: DType,
+    xp: Namespace,
+) -> tuple[Array, _linear.State]:
+    n = chunks.a.shape[-2]
+    pad = (-n) % size
+    m = (n + pad) // size
+    parts = []
+    for t in chunks:
+        t = _pad_seq(t, pad, xp)
+        parts.append(xp.reshape(t, (*t.shape[:-2], m, size, t.shape[-1])))
+    ch = _linear.Chunk(*parts)
+    st = _linear.chunk_state(ch, xp)  # (..., m, F, dv), (..., m, F)
+    S_incl = xp.cumulative_sum(st.S, axis=-3)
+    z_incl = xp.cumulative_sum(st.z, axis=-2)
+    S0 = xp.expand_dims(init.S, axis=-3)
+    z0 = xp.expand_dims(init.z, axis=-2)
+    prefix = _linear.State(
+        xp.concat([S0, S0 + S_incl[..., :-1, :, :]], axis=-3),
+        xp.concat([z0, z0 + z_incl[..., :-1, :]], axis=-2),
+    )
+    out = _linear.chunk_output(ch, prefix, eps, xp, device)  # (..., m, C, dv)
+    out = xp.reshape(out, (*out.shape[:-3], m * size, out.shape[-1]))[..., :n, :]
+    if out.dtype != out_dtype:
+        out = xp.astype(out, out_dtype)
+    final = _linear.State(init.S + S_incl[..., -1, :, :], init.z + z_incl[..., -1, :])
+    return out, final

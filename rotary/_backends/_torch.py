@@ -1,0 +1,201 @@
+"""torch: eager CPU fast paths, ``torch.compile``/``torch.export`` constants, loop-free causal scan.
+
+Constants under tracing
+    :meth:`TorchBackend.constant` and :meth:`TorchBackend.eager` go through functions marked
+    :func:`torch.compiler.assume_constant_result`: Dynamo calls them for real at trace time
+    with the configuration object (a frozen dataclass, passed by identity) and embeds the
+    result, so no host-side NumPy work is ever traced.  They build real tensors even when
+    called under ``torch.export``'s fake mode or in inference mode, and the cache stores
+    only real tensors (never FakeTensors or functional tensors): eager calls after an export
+    or a compile see real arrays.
+
+Eager fast paths
+    On CPU without autograd the rotation and the exact angles' gathers write into one
+    preallocated output block by block (:mod:`rotary._backends._eager`), bit-identical to
+    the generic code.  Under ``torch.compile`` the generic code is traced and fused instead.
+
+Causal linear attention
+    Under ``torch.compile`` the exclusive prefix sum over chunks is a cumulative sum over all
+    chunks at once (no Python loop to unroll), so one graph serves every sequence length.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import array_api_compat.torch as torch_xp
+import torch
+
+from .._lib._cache import fast_paths_enabled, get_or_build
+from .._lib._typing import Array, Device, DType, Layout, Namespace
+from .._math import _linear
+from .._math._angles import widen_positions
+from . import _eager
+from ._generic import Backend, ConstantBuilder
+from ._scan import batched_causal_scan
+
+__all__ = ["TorchBackend"]
+
+_is_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+
+
+def _real(x: Any) -> bool:
+    """A plain tensor (not fake, functional or functorch-wrapped), safe to keep."""
+    if isinstance(x, (tuple, list)):
+        return all(_real(a) for a in x)
+    return type(x) is torch.Tensor and not (_is_wrapped is not None and _is_wrapped(x))
+
+
+def _unfake() -> contextlib.AbstractContextManager[Any]:
+    """Leave ``torch.export``'s fake mode while building constants (they must be real)."""
+    try:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+    except ImportError:  # moved: the realness check still keeps fakes out of the cache
+        return contextlib.nullcontext()
+    return unset_fake_temporarily()
+
+
+@torch.compiler.assume_constant_result
+def _constant(build: ConstantBuilder, config: Hashable, kind: str, device: Any, dtype: Any) -> Any:
+    key = (config, kind, "torch", str(device), str(dtype))
+
+    def make() -> tuple[Array, int, bool]:
+        if not hasattr(config, "head_dim"):
+            raise TypeError(
+                "rotary under torch.compile: this RoPE was created inside the compiled function; "
+                "create RoPE/MRoPE/AxialRoPE objects outside it (e.g. in the module's __init__), "
+                "or call rotary.apply/rotary.rotate with the options"
+            )
+        with _unfake(), torch.inference_mode(False), torch.no_grad():
+            value = build(config, kind, torch_xp, device, dtype)
+        return value, int(value.nbytes), _real(value)
+
+    return get_or_build(key, make)
+
+
+@torch.compiler.assume_constant_result
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    with _unfake(), torch.inference_mode(False):
+        return fn(*args)
+
+
+def _ops(dtype: Any, device: Any) -> _eager.Ops:
+    def take_into(table: Array, idx: Array, out: Array) -> None:
+        torch.index_select(table, 0, idx, out=out)
+
+    def negate_rows(t: Array, mask: Array) -> None:
+        torch.where(mask[:, None], torch.neg(t), t, out=t)
+
+    return _eager.Ops(
+        empty=lambda shape: torch.empty(shape, dtype=dtype, device=device),
+        empty_like=torch.empty_like,
+        mul=torch.mul,
+        sub=torch.sub,
+        add=torch.add,
+        take_into=take_into,
+        negate_rows=negate_rows,
+        broadcast_to=torch.broadcast_to,
+    )
+
+
+class TorchBackend(Backend):
+    def __init__(self, xp: Namespace) -> None:
+        super().__init__(xp)
+        self.name = "torch"
+
+    def is_concrete(self, x: Array) -> bool:
+        return not torch.compiler.is_compiling() and x.device.type == "cpu" and _real(x)
+
+    def is_real(self, x: Array) -> bool:
+        return _real(x)
+
+    def host_values(self, x: Array) -> Any:
+        return (
+            x.detach().resolve_conj().resolve_neg().numpy()
+            if x.dtype != torch.bfloat16
+            else x.float().numpy()
+        )
+
+    def has_int64(self, device: Device) -> bool:
+        return True
+
+    def positions(self, pos: Any, *, name: str, device: Device) -> tuple[Array, tuple[int, int] | None]:
+        if torch.compiler.is_compiling() and not isinstance(pos, torch.Tensor):
+            # Python or NumPy positions inside a compiled function: converted in the graph
+            # (their values are not checked there, as for traced tensors).
+            if isinstance(pos, bool):
+                raise TypeError(f"{name} must be integer or real floating positions, got a bool")
+            t = torch.as_tensor(pos, device=device)
+            if t.is_floating_point():
+                t = torch.as_tensor(pos, dtype=torch.float64, device=device)
+            elif t.dtype == torch.bool or t.is_complex():
+                raise TypeError(f"{name} must hold integer or real floating positions, got dtype {t.dtype}")
+            return t, None
+        return super().positions(pos, name=name, device=device)
+
+    def float_dtypes(self, device: Device) -> set[str]:
+        if torch.device(device).type == "mps":
+            return {"float16", "bfloat16", "float32"}
+        return {"float16", "bfloat16", "float32", "float64"}
+
+    def constant(
+        self, build: ConstantBuilder, config: Hashable, kind: str, device: Device, dtype: DType
+    ) -> Array:
+        return _constant(build, config, kind, device, dtype)
+
+    def eager(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return _call(fn, *args)
+
+    def _eager_ok(self, *arrays: Array) -> bool:
+        """The eager ``out=`` kernels apply: CPU, no autograd, plain dense tensors, not compiling."""
+        if not fast_paths_enabled() or torch.compiler.is_compiling():
+            return False
+        grad = torch.is_grad_enabled()
+        for a in arrays:
+            if type(a) is not torch.Tensor or a.device.type != "cpu" or a.layout != torch.strided:
+                return False
+            if (grad and a.requires_grad) or (_is_wrapped is not None and _is_wrapped(a)):
+                return False
+        return True
+
+    def rotate(self, x: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int) -> Array:
+        if not self._eager_ok(x, c, s):
+            return super().rotate(x, c, s, layout=layout, rotary_dim=rotary_dim)
+        out_dtype = x.dtype
+        if x.dtype != c.dtype:
+            x = x.to(c.dtype)
+        out = _eager.rotate(x, c, s, layout, rotary_dim, _ops(x.dtype, x.device))
+        return out if out.dtype == out_dtype else out.to(out_dtype)
+
+    def _exact(
+        self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool, key: Hashable
+    ) -> tuple[Array, Array]:
+        if pos.dtype.is_floating_point or not self._eager_ok(pos, tables):
+            return super()._exact(pos, tables, w, dtype, levels, nonneg, key)
+        flat = widen_positions(pos.reshape(-1), self.xp)
+        c, s = _eager.exact_int(flat, tables, levels, nonneg, _ops(tables.dtype, tables.device))
+        n = tables.shape[-1]
+        return c.reshape((*pos.shape, n)), s.reshape((*pos.shape, n))
+
+    def _take_rows(self, table: Array, idx: Array) -> Array:
+        if idx.dtype in (torch.int32, torch.int64):
+            return torch.index_select(table, 0, idx)
+        return super()._take_rows(table, idx)
+
+    def causal_scan(
+        self,
+        chunks: _linear.Chunk,
+        init: _linear.State,
+        *,
+        size: int,
+        eps: float,
+        device: Device,
+        out_dtype: DType,
+    ) -> tuple[Array, _linear.State]:
+        if torch.compiler.is_compiling():
+            return batched_causal_scan(
+                chunks, init, size=size, eps=eps, device=device, out_dtype=out_dtype, xp=self.xp
+            )
+        return super().causal_scan(chunks, init, size=size, eps=eps, device=device, out_dtype=out_dtype)

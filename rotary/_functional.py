@@ -1,0 +1,128 @@
+"""``apply`` and ``rotate``: the functional entry points (a :class:`RoPE` per configuration, held once)."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from ._backends import backend_for
+from ._lib import _validation as v
+from ._lib._compat import array_namespace, is_array
+from ._lib._typing import AngleMethod, Array, Layout, PartialMode
+from ._rope import RoPE, rope_of
+from .scaling import Scaling
+
+__all__ = ["apply", "rotate"]
+
+
+def _rope_for(
+    x: Any, name: str, base: Any, layout: Any, rotary_dim: Any, scaling: Any, angles: Any, partial: Any
+) -> RoPE:
+    if not is_array(x):
+        raise TypeError(f"{name} must be an array of shape (..., head_dim), got {type(x).__name__}")
+    if x.ndim < 1:
+        raise ValueError(f"{name} must be an array of shape (..., head_dim), got a 0-d array")
+    head_dim = v.check_known_dim(x.shape[-1], f"{name}.shape[-1]")
+    head_dim = operator.index(head_dim)  # specialises a symbolic size under torch.compile
+    if head_dim % 2 and rotary_dim is None:
+        raise ValueError(f"{name}.shape[-1] (the head dim) must be even, got {head_dim}")
+    if isinstance(base, (int, float)) and not isinstance(base, bool):
+        base = v.check_base(base)
+    be = backend_for(array_namespace(x))
+    return rope_of(
+        be,
+        head_dim,
+        base=base,
+        layout=layout,
+        rotary_dim=rotary_dim,
+        scaling=scaling,
+        angles=angles,
+        partial=partial,
+    )
+
+
+def rotate(
+    x: Array,
+    pos: Any,
+    *,
+    layout: Layout = "half",
+    base: float = 10000.0,
+    rotary_dim: int | None = None,
+    scaling: Scaling | dict[str, Any] | None = None,
+    angles: AngleMethod = "exact",
+    partial: PartialMode = "neox",
+) -> Array:
+    """Rotate one array ``x`` of shape ``(..., head_dim)`` at positions ``pos``.
+
+    Same options as :func:`apply`; use it for keys appended to a KV cache or any single
+    tensor.
+
+    Examples
+    --------
+    >>> import numpy as np, rotary
+    >>> k = np.ones((1, 2, 1, 4), dtype=np.float32)          # one new key per head
+    >>> rotary.rotate(k, [7]).shape                           # at position 7
+    (1, 2, 1, 4)
+    """
+    return _rope_for(x, "x", base, layout, rotary_dim, scaling, angles, partial).rotate(x, pos)
+
+
+def apply(
+    q: Array,
+    k: Array,
+    pos: Any,
+    *,
+    layout: Layout = "half",
+    base: float = 10000.0,
+    rotary_dim: int | None = None,
+    scaling: Scaling | dict[str, Any] | None = None,
+    k_pos: Any = None,
+    angles: AngleMethod = "exact",
+    partial: PartialMode = "neox",
+) -> tuple[Array, Array]:
+    """Apply rotary position embedding to queries and keys.
+
+    Parameters
+    ----------
+    q, k : array
+        Queries and keys, shape ``(..., head_dim)``, real floating (float16, bfloat16,
+        float32, float64), from any array-API library.  They may have different head counts
+        (grouped-query attention).
+    pos : array or int or sequence
+        Positions (integer or fractional), broadcast against ``q.shape[:-1]``: ``(seq,)`` for
+        ``(batch, heads, seq, dim)``, ``(seq, 1)`` for ``(batch, seq, heads, dim)``,
+        ``(batch, 1, seq)`` for per-batch positions.  An array of ``q``'s library, a NumPy
+        array or Python values.
+    layout : {"half", "interleaved"}
+        Pairing of features (see :mod:`rotary.layouts`).
+    base : float
+        RoPE base ``theta``.
+    rotary_dim : int, optional
+        Rotate only ``rotary_dim`` features of each head; the rest pass through.
+    scaling : Scaling or dict, optional
+        Context-extension scaling (:mod:`rotary.scaling`).
+    k_pos : array or int or sequence, optional
+        Key positions, default ``pos``.
+    angles : {"exact", "float32"}
+        Angle method (see :class:`rotary.RoPE`).
+    partial : {"neox", "proportional"}
+        How ``rotary_dim`` is read (see :class:`rotary.RoPE`).
+
+    Returns
+    -------
+    (q_rot, k_rot)
+        Same namespace, device, shape and dtype as ``q`` and ``k``.  Inputs are never
+        modified.
+
+    Examples
+    --------
+    >>> import numpy as np, rotary
+    >>> rng = np.random.default_rng(0)
+    >>> q = rng.normal(size=(1, 8, 16, 64)).astype(np.float32)
+    >>> k = rng.normal(size=(1, 2, 16, 64)).astype(np.float32)   # 2 kv heads
+    >>> q_rot, k_rot = rotary.apply(q, k, np.arange(16))
+    >>> q_rot.shape, k_rot.shape
+    ((1, 8, 16, 64), (1, 2, 16, 64))
+    """
+    rope = _rope_for(q, "q", base, layout, rotary_dim, scaling, angles, partial)
+    return rope.apply(q, k, pos, k_pos=k_pos)

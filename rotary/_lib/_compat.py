@@ -1,0 +1,140 @@
+"""Array-namespace plumbing, and the one module besides :mod:`rotary._backends` that names
+array libraries (to recognise their arrays without importing them).
+
+Nothing here imports a framework at module import time.  ``array_api_compat`` does the
+dispatch, except for torch tensors, which are served directly: ``array_api_compat``'s
+dispatch is ``functools.lru_cache``-d, which ``torch.compile`` warns about on every trace.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+from ._typing import Array, Device, Namespace
+
+__all__ = [
+    "array_namespace",
+    "as_namespace",
+    "device",
+    "is_array",
+    "is_host_positions",
+    "library_name",
+    "to_numpy",
+]
+
+#: Top-level modules of the array libraries whose arrays ``is_array`` recognises by type.
+_ARRAY_MODULES = frozenset({"numpy", "torch", "cupy", "dask", "jax", "jaxlib", "sparse", "array_api_strict"})
+
+#: Namespace ``__name__`` -> library name.
+_LIBRARIES = {
+    "numpy": "numpy",
+    "array_api_compat.numpy": "numpy",
+    "torch": "torch",
+    "array_api_compat.torch": "torch",
+    "jax.numpy": "jax",
+    "cupy": "cupy",
+    "array_api_compat.cupy": "cupy",
+    "dask.array": "dask",
+    "array_api_compat.dask.array": "dask",
+    "array_api_strict": "array_api_strict",
+}
+
+
+def _module(x: object) -> str:
+    return type(x).__module__.split(".", 1)[0]
+
+
+def is_array(x: object) -> bool:
+    """True for an array of any supported library (NumPy scalars included)."""
+    mod = _module(x)
+    if mod == "numpy":
+        return isinstance(x, (np.ndarray, np.generic))
+    if mod in _ARRAY_MODULES:
+        return hasattr(x, "shape") and hasattr(x, "dtype")
+    return hasattr(x, "__array_namespace__")
+
+
+def is_host_positions(x: object) -> bool:
+    """True for values that live on the host and may be converted to any library:
+    Python numbers and sequences, and NumPy arrays and scalars."""
+    return not is_array(x) or _module(x) == "numpy"
+
+
+def library_name(xp: Namespace) -> str:
+    """Short name of a namespace: numpy, torch, jax, cupy, dask or array_api_strict."""
+    name = getattr(xp, "__name__", "")
+    return _LIBRARIES.get(name, name)
+
+
+def array_namespace(*arrays: Any, names: tuple[str, ...] = ()) -> Namespace:
+    """The array-API namespace shared by the arrays among ``arrays`` (others ignored).
+
+    ``names`` label the arguments in the ``TypeError`` raised for arrays of different libraries.
+    """
+    real = [(i, a) for i, a in enumerate(arrays) if is_array(a)]
+    if not real:
+        return array_api_compat.array_namespace(np.empty(0))
+    if all(_module(a) == "torch" for _, a in real):
+        import array_api_compat.torch as torch_xp
+
+        return torch_xp
+    try:
+        return array_api_compat.array_namespace(*(a for _, a in real))
+    except TypeError:
+        label = names or tuple(f"arg{i}" for i in range(len(arrays)))
+        kinds = ", ".join(f"{label[i]}: {type(a).__module__}.{type(a).__name__}" for i, a in real)
+        raise TypeError(
+            f"arrays must all come from the same array library; got {kinds}. "
+            "Convert them to one library first (positions may also be NumPy arrays or Python values)."
+        ) from None
+
+
+def as_namespace(xp: Any) -> Namespace:
+    """An array-API namespace for ``xp``: the ``array_api_compat`` wrapper of a library module
+    that is not one itself (``numpy``, ``torch``, ``cupy``, ``dask.array``)."""
+    name = getattr(xp, "__name__", None)
+    if not isinstance(name, str):
+        raise TypeError(f"xp must be an array namespace (a module such as numpy or jax.numpy), got {xp!r}")
+    if name in ("numpy", "torch", "cupy", "dask.array"):
+        import importlib
+
+        return importlib.import_module(f"array_api_compat.{name}")
+    if not hasattr(xp, "asarray") or not hasattr(xp, "__array_namespace_info__"):
+        raise TypeError(f"xp must be an array-API namespace, got module {name!r}")
+    return xp  # type: ignore[no-any-return]
+
+
+def device(x: Array) -> Device:
+    """The device of ``x`` (torch served directly, see the module docstring)."""
+    if _module(x) == "torch":
+        return x.device
+    return array_api_compat.device(x)
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """A host NumPy copy of an array of any supported library (bfloat16 widened to float32)."""
+    if not is_array(x):
+        return np.asarray(x)
+    mod = _module(x)
+    if mod == "numpy":
+        return np.asarray(x)
+    if mod == "torch":
+        t = x.detach().cpu()
+        if t.dtype.is_floating_point and t.dtype.itemsize == 2 and str(t.dtype) == "torch.bfloat16":
+            t = t.float()
+        return t.resolve_conj().resolve_neg().numpy()
+    if mod == "cupy":
+        return x.get()
+    if mod == "dask":
+        return np.asarray(x.compute())
+    if mod == "array_api_strict":
+        import array_api_strict
+
+        return np.asarray(x.to_device(array_api_strict.Device("CPU_DEVICE")))
+    out = np.asarray(x)
+    if out.dtype.name == "bfloat16":
+        out = out.astype(np.float32)
+    return out

@@ -1,0 +1,328 @@
+"""Argument validation: every error message of ``rotary`` is written here, once.
+
+Each check names the argument, says what was expected and what was given.  Checks of
+Python values run everywhere; checks of array *values* are the backend layer's (they
+can only run on concrete host values, see :mod:`rotary._backends`).
+
+Scalars are normalised while they are checked: ``operator.index`` for integers (NumPy
+integers accepted; under ``torch.compile`` it also specialises a symbolic size) and
+``float.fromhex(x.hex())`` for floats (specialises a float ``torch.compile`` made symbolic).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
+
+from ._compat import is_array
+from ._typing import Array, Namespace
+
+T = TypeVar("T")
+
+#: Integer positions with ``|pos| < MAX_POSITION`` get exact angles (``4096**3 = 2**36``).
+MAX_POSITION = 2**36
+
+#: Floating dtype names rotary computes with.
+FLOAT_NAMES = ("float16", "bfloat16", "float32", "float64")
+
+
+# -- scalars -------------------------------------------------------------------------------
+def check_int(value: Any, name: str, *, minimum: int | None = None, even: bool = False) -> int:
+    """``value`` as a Python int (NumPy integers accepted, bools refused)."""
+    what = "a positive even integer" if even else "an integer"
+    if minimum is not None and not even:
+        what = f"an integer >= {minimum}"
+    if isinstance(value, bool) or isinstance(value, float):
+        raise TypeError(f"{name} must be {what}, got {value!r}")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}") from None
+    if (minimum is not None and v < minimum) or (even and (v <= 0 or v % 2)):
+        raise ValueError(f"{name} must be {what}, got {v}")
+    return int(v)
+
+
+def check_float(
+    value: Any,
+    name: str,
+    *,
+    minimum: float | None = None,
+    above: float | None = None,
+    allow_inf: bool = False,
+) -> float:
+    """``value`` as a Python float: a real number (not a bool), finite unless ``allow_inf``,
+    ``>= minimum`` and ``> above`` where given."""
+    if isinstance(value, (bool, str, bytes)) or value is None:
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}") from None
+    v = float.fromhex(v.hex())
+    bad = math.isnan(v) or (math.isinf(v) and not allow_inf)
+    if minimum is not None and not v >= minimum:
+        bad = True
+    if above is not None and not v > above:
+        bad = True
+    if bad:
+        bounds = []
+        if minimum is not None:
+            bounds.append(f">= {minimum:g}")
+        if above is not None:
+            bounds.append(f"> {above:g}")
+        rule = " and ".join(["finite", *bounds]) if not allow_inf else " and ".join(bounds or ["a number"])
+        raise ValueError(f"{name} must be {rule}, got {value!r}")
+    return v
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` must be a bool (``causal="no"`` is an error, not ``True``)."""
+    if isinstance(value, bool):
+        return value
+    if type(value).__name__ == "bool_":  # NumPy bool
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {value!r}")
+
+
+def check_choice(value: Any, name: str, choices: Sequence[T]) -> T:
+    """``value`` must be one of ``choices`` (compared with ``==``, so only plain values)."""
+    if isinstance(value, str) or value is None or isinstance(value, (int, float)):
+        for c in choices:
+            if value == c and type(value) is type(c):
+                return c
+    raise ValueError(f"{name} must be one of {tuple(choices)!r}, got {value!r}")
+
+
+def check_head_dim(value: Any, name: str = "head_dim") -> int:
+    return check_int(value, name, even=True)
+
+
+def check_rotary_dim(rotary_dim: Any, head_dim: int, name: str = "rotary_dim") -> int:
+    """``rotary_dim`` (``None``: the whole head) as an even int ``<= head_dim``."""
+    if rotary_dim is None:
+        return head_dim
+    r = check_int(rotary_dim, name, even=True)
+    if r > head_dim:
+        raise ValueError(f"{name}={r} is larger than the head dimension head_dim={head_dim}")
+    return r
+
+
+def check_base(value: Any, name: str = "base") -> float:
+    return check_float(value, name, above=1.0)
+
+
+def check_sequence(value: Any, name: str, what: str) -> tuple[Any, ...]:
+    """A non-string iterable as a tuple."""
+    if isinstance(value, (str, bytes)) or value is None:
+        raise TypeError(f"{name} must be a sequence of {what}, got {value!r}")
+    try:
+        return tuple(value)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of {what}, got {type(value).__name__}") from None
+
+
+def check_positive_ints(value: Any, name: str, n: int | None = None) -> tuple[int, ...]:
+    """A non-empty sequence of positive ints (of length ``n`` where given)."""
+    items = check_sequence(value, name, "positive integers")
+    if not items:
+        raise ValueError(f"{name} must be a non-empty sequence of positive integers, got {value!r}")
+    out = tuple(check_int(v, f"{name}[{i}]", minimum=1) for i, v in enumerate(items))
+    if n is not None and len(out) != n:
+        raise ValueError(f"{name} must have {n} entries, got {len(out)}: {value!r}")
+    return out
+
+
+def check_positive_floats(value: Any, name: str) -> tuple[float, ...]:
+    """A sequence of finite positive floats."""
+    items = check_sequence(value, name, "positive numbers")
+    return tuple(check_float(v, f"{name}[{i}]", above=0.0) for i, v in enumerate(items))
+
+
+def unknown_option(name: str, value: Any, known: Iterable[str]) -> ValueError:
+    return ValueError(f"unknown {name} {value!r}; known: {sorted(known)}")
+
+
+# -- arrays --------------------------------------------------------------------------------
+def dtype_name(dtype: Any) -> str:
+    """``float32`` for ``torch.float32``, ``dtype('float32')``, ``jnp.float32``,
+    ``array_api_strict.float32``..."""
+    s = str(dtype)
+    if s.startswith("dtype("):
+        s = s[6:]
+    return s.strip("'\"<>()").rsplit(".", 1)[-1].strip("'\"<>()")
+
+
+def is_floating(xp: Namespace, dtype: Any) -> bool:
+    """Real floating dtypes, bfloat16 included (also NumPy's ``ml_dtypes.bfloat16``)."""
+    try:
+        if xp.isdtype(dtype, "real floating"):
+            return True
+    except Exception:
+        pass
+    return dtype_name(dtype) == "bfloat16"
+
+
+def check_array(x: Any, name: str, what: str = "(..., head_dim)") -> None:
+    if not is_array(x):
+        raise TypeError(f"{name} must be an array of shape {what}, got {type(x).__name__}")
+    if x.ndim < 1:
+        raise ValueError(f"{name} must be an array of shape {what}, got a 0-d array")
+
+
+def check_floating(x: Array, xp: Namespace, name: str) -> None:
+    if not is_floating(xp, x.dtype):
+        raise TypeError(
+            f"{name} must be a real floating array (float16, bfloat16, float32 or float64), "
+            f"got {dtype_name(x.dtype)}"
+        )
+
+
+def check_dense(x: Array, name: str) -> None:
+    layout = getattr(x, "layout", None)
+    if layout is not None and "strided" not in str(layout) and "torch" in type(x).__module__:
+        raise TypeError(
+            f"{name} must be a dense (strided) tensor, got layout {layout}; call .to_dense() first"
+        )
+
+
+def check_known_dim(n: Any, name: str) -> int:
+    if n is None or (isinstance(n, float) and math.isnan(n)):
+        raise ValueError(
+            f"{name} has an unknown length; rotary needs it known "
+            "(for Dask, call .compute_chunk_sizes() first)"
+        )
+    return n
+
+
+def check_head_array(x: Any, xp: Namespace, name: str, head_dim: int) -> None:
+    """``x`` is a dense real floating array whose last axis is ``head_dim``."""
+    check_array(x, name)
+    check_dense(x, name)
+    check_floating(x, xp, name)
+    d = check_known_dim(x.shape[-1], f"{name}.shape[-1]")
+    if d != head_dim:
+        raise ValueError(f"{name}.shape[-1] must equal head_dim={head_dim}, got shape {tuple(x.shape)}")
+
+
+def check_same_dtype(arrays: Sequence[tuple[str, Array]]) -> None:
+    _, a0 = arrays[0]
+    rest = arrays[1:]
+    for n, a in rest:
+        if a.dtype != a0.dtype:
+            names = ", ".join(n for n, _ in arrays)
+            dts = ", ".join(dtype_name(a.dtype) for _, a in arrays)
+            raise TypeError(f"{names} must have the same dtype, got {dts}")
+
+
+def _known(n: Any) -> bool:
+    return n is not None and not (isinstance(n, float) and math.isnan(n))
+
+
+def check_qk(q: Array, k: Array, *, seq_axis: int | None = None) -> None:
+    """q and k: same last axis and number of axes; leading axes equal or (grouped-query
+    heads) one a multiple of the other.  ``seq_axis`` is exempt (KV caches)."""
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same head dim (last axis), got q.shape={tuple(q.shape)} "
+            f"and k.shape={tuple(k.shape)}"
+        )
+    if q.ndim != k.ndim:
+        raise ValueError(
+            f"q and k must have the same number of axes, got q.shape={tuple(q.shape)} "
+            f"and k.shape={tuple(k.shape)}"
+        )
+    for ax, (a, b) in enumerate(zip(q.shape[:-1], k.shape[:-1], strict=True)):
+        if ax == seq_axis or not (_known(a) and _known(b)) or a == b:
+            continue
+        if a % b and b % a:
+            raise ValueError(
+                f"q and k have incompatible leading shapes: axis {ax} is {a} for q and {b} "
+                f"for k (must be equal, or one a multiple of the other for grouped-query "
+                f"heads); q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
+            )
+
+
+def check_broadcast(pos_shape: tuple[Any, ...], lead: tuple[Any, ...], pos_name: str, x_name: str) -> None:
+    """``pos`` must broadcast *to* ``x.shape[:-1]`` (it may not add or grow axes)."""
+    ok = len(pos_shape) <= len(lead)
+    if ok:
+        for p, t in zip(reversed(pos_shape), reversed(lead), strict=False):
+            if _known(p) and _known(t) and p not in (1, t):
+                ok = False
+                break
+    if not ok:
+        raise ValueError(
+            f"{pos_name} of shape {tuple(pos_shape)} does not broadcast to "
+            f"{x_name}.shape[:-1] = {tuple(lead)}; positions are broadcast against every axis "
+            f"but the last (e.g. (seq,) for (batch, heads, seq, dim), (seq, 1) for "
+            f"(batch, seq, heads, dim), (batch, 1, seq) for HF position_ids of shape (batch, seq))"
+        )
+
+
+def broadcast_shapes(*shapes: tuple[Any, ...], names: str) -> tuple[Any, ...]:
+    """The broadcast of ``shapes`` (``ValueError`` naming ``names`` when they do not broadcast)."""
+    n = max([0, *(len(s) for s in shapes)])
+    out = []
+    for i in range(n):
+        dims = {s[len(s) - n + i] for s in shapes if len(s) - n + i >= 0}
+        dims.discard(1)
+        if len(dims) > 1:
+            raise ValueError(
+                f"the leading (batch/head) axes of {names} do not broadcast: "
+                f"{', '.join(str(tuple(s)) for s in shapes)} (for grouped-query heads, repeat k and v)"
+            )
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def check_same_device(devices: Sequence[tuple[str, Any]]) -> None:
+    n0, d0 = devices[0]
+    rest = devices[1:]
+    for n, d in rest:
+        if d != d0:
+            raise ValueError(
+                f"{n} is on device {d} but {n0} is on device {d0}; move them to one device first"
+            )
+
+
+def check_position_dtype(dtype: Any, xp: Namespace, name: str) -> None:
+    """Positions are integers or real floating (not bool, not complex)."""
+    try:
+        ok = not xp.isdtype(dtype, "bool") and xp.isdtype(dtype, ("integral", "real floating"))
+    except Exception:
+        ok = False
+    if not ok and dtype_name(dtype) != "bfloat16":
+        raise TypeError(f"{name} must hold integer or real floating positions, got dtype {dtype_name(dtype)}")
+
+
+def bad_positions(name: str, what: str) -> TypeError:
+    return TypeError(
+        f"{name} must be integer or real floating positions (an array, a number or a sequence), {what}"
+    )
+
+
+def check_position_bound(largest: float, name: str) -> None:
+    if not largest < MAX_POSITION:
+        raise ValueError(
+            f"{name} contains |position| >= 2**36 ({largest:.6g}); rotary's exact angles cover "
+            "|position| < 2**36"
+        )
+
+
+def nonfinite_positions(name: str) -> ValueError:
+    return ValueError(f"{name} contains NaN or infinite positions")
+
+
+def positions_too_wide(name: str, largest: int, library: str) -> ValueError:
+    return ValueError(
+        f"{name} contains position {largest}, which does not fit the 32-bit integers of {library} "
+        "without 64-bit types (for JAX: jax.config.update('jax_enable_x64', True)); positions up "
+        "to 2**31 - 1 work without them"
+    )
+
+
+def check_layout_name(value: Any, name: str = "layout") -> str:
+    return check_choice(value, name, ("half", "interleaved"))

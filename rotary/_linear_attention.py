@@ -1,0 +1,529 @@
+"""RoFormer linear attention with RoPE (paper eq. 19), on every array-API backend.
+
+Public API
+----------
+``linear_attention(q, k, v, pos=None, *, rope=None, causal=False, ...) -> out`` (or ``(out, state)``)
+    ``q, k``: ``(..., seq, d)``, ``v``: ``(..., seq, d_v)``; ``pos`` broadcasts to
+    ``q.shape[:-1]`` (``None``: plain, unrotated linear attention).  With
+    ``similarity="dot"`` (default)::
+
+        out_i = sum_j [R_i phi(q_i)]^T [R_j phi(k_j)] v_j / max(sum_j phi(q_i)^T phi(k_j), eps)
+
+    RoPE rotates the *features* in the numerator only; the denominator stays unrotated (and
+    positive).  With ``similarity="cosine"`` the similarity is ``1 + (R_i q^)^T (R_j k^)``
+    (unit vectors, zero vectors map to 0) in numerator and denominator.  ``causal=True``
+    restricts to ``j <= i``.
+
+``linear_attention_state(k, v, pos=None, ...) -> LinearAttentionState``
+    The summary of a block of keys/values, without computing outputs.
+
+``LinearAttentionState(S, z, offset)``
+    ``S``: ``(..., F, d_v)`` = ``sum_j b_j v_j^T`` (``b_j`` the numerator key features:
+    rotated ``phi(k_j)``); ``z``: ``(..., F)`` = ``sum_j e_j`` (``e_j`` the denominator key
+    features: unrotated ``phi(k_j)``); ``F = d`` for feature maps that keep the width,
+    ``d + 1`` for ``similarity="cosine"`` (a constant feature carries the ``1 +``).  Both in
+    float32, or float64 for float64 inputs.  ``offset``: the number of key positions absorbed
+    (an int or 0-d integer array), i.e. the next position when positions run 0, 1, 2, ...
+
+    **Algebra.** The state of a union of *disjoint* key sets is the sum of their states:
+    ``state(A | B) == state(A) + state(B)`` (``S``, ``z`` and ``offset`` add;
+    ``LinearAttentionState.__add__`` and :func:`combine` do this).  The zero state
+    (``zeros_like``) is the identity.  So a sequence split into chunks ``c_0, c_1, ...`` can
+    be processed as: per-chunk states ``s_i = linear_attention_state(k_i, v_i, pos_i)``, an
+    exclusive prefix sum ``p_i = s_0 + ... + s_{i-1}``, then ``linear_attention(q_i, k_i,
+    v_i, pos_i, causal=True, state=p_i)`` per chunk, which equals the corresponding rows of
+    one call on the whole sequence.  A given ``state`` always means "keys before these ones,
+    all visible": with ``causal=False`` query ``i`` sees the state's keys and all new keys;
+    with ``causal=True`` the state's keys and the new keys ``j <= i``.
+
+Algorithms
+----------
+Non-causal: the key-value summary, ``O(N d d_v)``.  Causal: chunks of ``C`` tokens
+(``chunk_size``, default 128), masked quadratic form inside a chunk and the exclusive
+prefix sum of the chunk states before it: ``O(N C d + N d d_v)`` time.  The prefix sum is
+the backend's (:mod:`rotary._backends`): a Python loop writing into one output on NumPy,
+torch, CuPy and array-api-strict (working memory of one chunk), ``lax.scan`` on JAX (one
+jitted computation), a cumulative sum over all chunks at once under ``torch.compile`` (one
+graph for every sequence length), a scan over blocks on Dask.  Running sums are kept in
+float32 or better even for float16/bfloat16 inputs; the output has the input dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from ._attention import default_rope
+from ._backends import Backend, backend_for
+from ._lib import _validation as chk
+from ._lib._compat import array_namespace, is_array, library_name
+from ._lib._typing import Array, Device, DType, FeatureMapName, Namespace, RotaryEmbedding, Similarity
+from ._math import _linear
+
+__all__ = ["FEATURE_MAPS", "LinearAttentionState", "combine", "linear_attention", "linear_attention_state"]
+
+FEATURE_MAPS = _linear.FEATURE_MAPS
+_SIMILARITIES: tuple[Similarity, ...] = ("dot", "cosine")
+
+
+class LinearAttentionState(NamedTuple):
+    """Summary of the keys/values seen so far (see :mod:`rotary` linear attention).
+
+    ``S``: ``(..., F, d_v)``, ``z``: ``(..., F)``, ``offset``: keys absorbed.  States of
+    disjoint key sets add: ``state_a + state_b`` (same library, shapes and dtypes).
+
+    Examples
+    --------
+    >>> import numpy as np, rotary
+    >>> rng = np.random.default_rng(0)
+    >>> k, v = rng.normal(size=(2, 6, 8)), rng.normal(size=(2, 6, 4))
+    >>> pos = np.arange(6)
+    >>> a = rotary.linear_attention_state(k[:, :4], v[:, :4], pos[:4])
+    >>> b = rotary.linear_attention_state(k[:, 4:], v[:, 4:], pos[4:])
+    >>> whole = rotary.linear_attention_state(k, v, pos)
+    >>> bool(np.allclose((a + b).S, whole.S)), (a + b).offset
+    (True, 6)
+    """
+
+    S: Array
+    z: Array
+    offset: Any = 0
+
+    def __add__(self, other: Any) -> LinearAttentionState:  # type: ignore[override]
+        if not isinstance(other, LinearAttentionState):
+            return NotImplemented
+        _check_compatible(self, other)
+        return LinearAttentionState(self.S + other.S, self.z + other.z, self.offset + other.offset)
+
+    def __radd__(self, other: Any) -> LinearAttentionState:
+        if isinstance(other, int) and not isinstance(other, bool) and other == 0:
+            return self  # lets ``sum(states)`` work
+        return NotImplemented
+
+    def zeros_like(self) -> LinearAttentionState:
+        """The identity of ``+``: zero sums, offset 0."""
+        return LinearAttentionState(self.S * 0, self.z * 0, 0)
+
+
+def _check_compatible(a: LinearAttentionState, b: LinearAttentionState) -> None:
+    for name in ("S", "z"):
+        x, y = getattr(a, name), getattr(b, name)
+        if not (is_array(x) and is_array(y)):
+            raise TypeError(f"state.{name} must be arrays to combine states")
+        lx, ly = library_name(array_namespace(x)), library_name(array_namespace(y))
+        if lx != ly:
+            raise TypeError(f"cannot combine a {lx} state with a {ly} state; convert one of them first")
+        if tuple(x.shape) != tuple(y.shape):
+            raise ValueError(
+                f"cannot combine states of different shapes: state.{name} {tuple(x.shape)} and "
+                f"{tuple(y.shape)} "
+                "(different heads, feature map, similarity or value width)"
+            )
+
+
+def combine(*states: LinearAttentionState) -> LinearAttentionState:
+    """Sum the states of disjoint key sets (the state of their union).
+
+    Examples
+    --------
+    >>> import numpy as np, rotary
+    >>> s = rotary.linear_attention_state(np.ones((3, 4)), np.ones((3, 2)), np.arange(3))
+    >>> rotary.combine(s, s, s).offset
+    9
+    """
+    if not states:
+        raise ValueError("combine needs at least one state")
+    for i, s in enumerate(states):
+        if not isinstance(s, LinearAttentionState):
+            raise TypeError(f"states[{i}] must be a LinearAttentionState, got {type(s).__name__}")
+    out = states[0]
+    for s in states[1:]:
+        out = out + s
+    return out
+
+
+# -- arguments ---------------------------------------------------------------------------------
+class _UserMap(NamedTuple):
+    """A user callable ``phi(x)`` as ``phi(x, xp)``; equal when the callable is (jit cache key)."""
+
+    fn: Callable[[Array], Array]
+
+    def __call__(self, x: Array, xp: Namespace) -> Array:
+        out = self.fn(x)
+        if not is_array(out):
+            raise TypeError(f"feature_map must return an array, got {type(out).__name__}")
+        return out
+
+
+def _phi(feature_map: Any, similarity: Similarity) -> tuple[Callable[[Array, Namespace], Array], bool]:
+    """``(phi, nonnegative)``: the feature map and whether its features are never negative."""
+    if feature_map is None:
+        feature_map = "identity" if similarity == "cosine" else "elu+1"
+    if isinstance(feature_map, str):
+        if feature_map not in FEATURE_MAPS:
+            raise ValueError(
+                f"feature_map must be one of {sorted(FEATURE_MAPS)} or a callable, got {feature_map!r}"
+            )
+        if feature_map == "identity" and similarity == "dot":
+            raise ValueError(
+                "feature_map='identity' with similarity='dot' gives negative denominators (features "
+                "of either sign), so outputs blow up where the denominator is clamped to eps; use a "
+                "non-negative map ('elu+1', 'relu', 'softplus') or similarity='cosine'"
+            )
+        return FEATURE_MAPS[feature_map], feature_map in _linear.NONNEGATIVE_MAPS  # type: ignore[index]
+    if callable(feature_map):
+        return _UserMap(feature_map), False
+    raise TypeError(f"feature_map must be a name or a callable, got {type(feature_map).__name__}")
+
+
+def _check_arrays(arrays: list[tuple[str, Any, str]], xp: Namespace) -> None:
+    for name, x, what in arrays:
+        chk.check_array(x, name, what)
+        chk.check_dense(x, name)
+        chk.check_floating(x, xp, name)
+        if x.ndim < 2:
+            raise ValueError(f"{name} must have shape {what}, got shape {tuple(x.shape)}")
+
+
+def _key_mask(key_mask: Any, k: Array, xp: Namespace) -> Array | None:
+    if key_mask is None:
+        return None
+    if not is_array(key_mask) or library_name(array_namespace(key_mask)) != library_name(xp):
+        raise TypeError(f"key_mask must be a boolean array of k's library, got {type(key_mask).__name__}")
+    if not xp.isdtype(key_mask.dtype, "bool"):
+        raise TypeError(
+            "key_mask must be boolean (True = a real key, False = padding), "
+            f"got {chk.dtype_name(key_mask.dtype)}"
+        )
+    chk.check_broadcast(tuple(key_mask.shape), tuple(k.shape[:-1]), "key_mask", "k")
+    return key_mask
+
+
+def _state_arrays(
+    state: Any, xp: Namespace, want_S: tuple[Any, ...], want_z: tuple[Any, ...]
+) -> tuple[Array, Array, Any]:
+    if not isinstance(state, tuple) or len(state) != 3:
+        raise TypeError(f"state must be a LinearAttentionState(S, z, offset), got {type(state).__name__}")
+    S, z, offset = state
+    for name, a, want in (("state.S", S, want_S), ("state.z", z, want_z)):
+        if not is_array(a):
+            raise TypeError(f"{name} must be an array, got {type(a).__name__}")
+        if library_name(array_namespace(a)) != library_name(xp):
+            raise TypeError(
+                f"{name} is a {type(a).__module__}.{type(a).__name__} but q, k, v are "
+                f"{library_name(xp)} arrays"
+            )
+        if not chk.is_floating(xp, a.dtype):
+            raise TypeError(f"{name} must be floating, got {chk.dtype_name(a.dtype)}")
+        if tuple(a.shape) != want:
+            raise ValueError(
+                f"{name} has shape {tuple(a.shape)} but these keys/values need {want} (leading axes, "
+                "feature dim F, d_v); the state comes from inputs of a different shape, feature map or "
+                "similarity"
+            )
+    if isinstance(offset, bool) or not (
+        isinstance(offset, int)
+        or (is_array(offset) and offset.ndim == 0 and xp.isdtype(offset.dtype, "integral"))
+        or (
+            type(offset).__module__ == "numpy"
+            and getattr(offset, "dtype", None) is not None
+            and offset.dtype.kind in "iu"
+        )
+    ):
+        raise TypeError(
+            "state.offset must be an integer (or a 0-d integer array), "
+            f"got {type(offset).__name__} {offset!r}"
+        )
+    return S, z, offset
+
+
+class _Prepared(NamedTuple):
+    chunk: _linear.Chunk
+    plan: _linear.Plan
+    be: Backend
+    dev: Device
+    kv_lead: tuple[Any, ...]
+
+
+def _prepare(
+    q: Array | None,
+    k: Array,
+    v_: Array,
+    pos: Any,
+    k_pos: Any,
+    rope: Any,
+    feature_map: Any,
+    similarity: Any,
+    eps: float,
+    key_mask: Any,
+    sdt: DType,
+    xp: Namespace,
+) -> _Prepared:
+    """Features (rotated where asked), masked keys/values, in the compute dtype."""
+    be = backend_for(xp)
+    similarity = chk.check_choice(similarity, "similarity", _SIMILARITIES)
+    phi, nonneg = _phi(feature_map, similarity)
+    cdt = be.compute_dtype(k.dtype)
+    if sdt is not None and chk.dtype_name(sdt) == "float64" and hasattr(xp, "float64"):
+        cdt = xp.float64
+    plan = _linear.Plan(phi, similarity == "cosine", float(eps), cdt)
+    dev = be.creation_device(k)
+    fk = _linear.features(k, plan, xp)
+    fq = None if q is None else _linear.features(q, plan, xp)
+    width = fk.shape[-1]
+    if fq is not None and fq.shape[-1] != width:
+        raise ValueError(f"feature_map gives {fq.shape[-1]} features for q but {width} for k")
+    if not nonneg and not plan.cosine:
+        _check_nonnegative(be, [("phi(k)", fk), ("phi(q)", fq)])
+    r = default_rope(be, rope, pos, width)
+    if r is not None and not getattr(r, "static", True):
+        raise ValueError(
+            "rope has a scaling that depends on the sequence length; linear attention needs "
+            "position-only rotations (use a static scaling)"
+        )
+    if r is None:
+        a, b = fq, fk
+    elif fq is None:
+        a, b = None, r.rotate(fk, pos)
+    else:
+        a, b = r.apply(fq, fk, pos, k_pos=k_pos)
+    if plan.cosine:
+        b = _linear.with_one(b, xp)
+        e = b
+        if a is not None:
+            a = _linear.with_one(a, xp)
+        c = a
+    else:
+        c, e = fq, fk
+    vc = v_ if v_.dtype == cdt else xp.astype(v_, cdt)
+    mask = _key_mask(key_mask, k, xp)
+    if mask is not None:
+        m = mask[..., None]
+        b = xp.where(m, b, xp.zeros_like(b))
+        e = b if plan.cosine else xp.where(m, e, xp.zeros_like(e))
+        vc = xp.where(m, vc, xp.zeros_like(vc))
+    kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v_.shape[:-2]), names="k and v")
+    return _Prepared(_linear.Chunk(a, c, b, e, vc), plan, be, dev, kv_lead)  # type: ignore[arg-type]
+
+
+def _check_nonnegative(be: Backend, arrays: list[tuple[str, Array | None]]) -> None:
+    """A callable feature map must give non-negative features for ``similarity="dot"``
+    (checked where values are concrete; documented as unchecked under tracing)."""
+    for name, f in arrays:
+        if f is None or not be.is_concrete(f):
+            continue
+        host = be.host_values(f)
+        lo = host.min() if host.size else 0
+        if lo < 0:
+            raise ValueError(
+                f"feature_map gave negative features ({name} has {float(lo):.3g}); with similarity='dot' "
+                "the denominator must stay positive: use a non-negative map or similarity='cosine'"
+            )
+
+
+def _common(
+    q: Any, k: Any, v_: Any, *, causal: Any, eps: Any, chunk_size: Any, key_mask: Any, state: Any
+) -> tuple[Namespace, bool, float, int | None]:
+    arrays = [("k", k, "(..., seq, d)"), ("v", v_, "(..., seq, d_v)")]
+    if q is not None:
+        arrays.insert(0, ("q", q, "(..., seq, d)"))
+    for name, x, what in arrays:
+        chk.check_array(x, name, what)
+    xp = array_namespace(*(x for _, x, _ in arrays), names=tuple(n for n, _, _ in arrays))
+    _check_arrays(arrays, xp)
+    if k.shape[-2] != v_.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same sequence length (axis -2), got k.shape={tuple(k.shape)} "
+            f"and v.shape={tuple(v_.shape)}"
+        )
+    chk.check_same_dtype([(n, x) for n, x, _ in arrays])
+    backend_for(xp).check_devices([(n, x) for n, x, _ in arrays])
+    if q is not None and q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same feature dim (last axis), got q.shape={tuple(q.shape)} "
+            f"and k.shape={tuple(k.shape)}"
+        )
+    causal = chk.check_bool(causal, "causal")
+    if causal and q is not None and q.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            f"causal=True needs as many queries as keys (axis -2), got q.shape={tuple(q.shape)} "
+            f"and k.shape={tuple(k.shape)}; pass earlier keys through state="
+        )
+    eps = chk.check_float(eps, "eps", above=0.0)
+    if chunk_size is not None:
+        chunk_size = chk.check_int(chunk_size, "chunk_size", minimum=1)
+    return xp, causal, eps, chunk_size
+
+
+# -- entry points ------------------------------------------------------------------------------
+def linear_attention_state(
+    k: Array,
+    v: Array,
+    pos: Any = None,
+    *,
+    rope: RotaryEmbedding | None = None,
+    feature_map: FeatureMapName | Callable[[Array], Array] | None = None,
+    similarity: Similarity = "dot",
+    key_mask: Array | None = None,
+) -> LinearAttentionState:
+    """The :class:`LinearAttentionState` of a block of keys and values.
+
+    Same conventions as :func:`linear_attention` (``pos`` broadcasts to ``k.shape[:-1]``);
+    costs ``O(M d d_v)`` and computes no outputs.  States of disjoint blocks add.
+
+    Examples
+    --------
+    >>> import numpy as np, rotary
+    >>> k = np.ones((2, 5, 8), dtype=np.float32)
+    >>> v = np.ones((2, 5, 3), dtype=np.float32)
+    >>> st = rotary.linear_attention_state(k, v, np.arange(5))
+    >>> st.S.shape, st.z.shape, st.offset
+    ((2, 8, 3), (2, 8), 5)
+    """
+    xp, _, _, _ = _common(None, k, v, causal=False, eps=1.0, chunk_size=None, key_mask=key_mask, state=None)
+    pr = _prepare(None, k, v, pos, None, rope, feature_map, similarity, 1.0, key_mask, None, xp)
+    st = _linear.chunk_state(pr.chunk, xp)
+    S, z = st.S, st.z
+    if tuple(S.shape[:-2]) != pr.kv_lead:
+        S = xp.broadcast_to(S, (*pr.kv_lead, *S.shape[-2:]))
+    if tuple(z.shape[:-1]) != pr.kv_lead:
+        z = xp.broadcast_to(z, (*pr.kv_lead, z.shape[-1]))
+    return LinearAttentionState(S, z, k.shape[-2])
+
+
+def _core(
+    plan: _linear.Plan,
+    causal: bool,
+    size: int,
+    be: Backend,
+    dev: Device,
+    out_dtype: DType,
+    chunk: _linear.Chunk,
+    S0: Array,
+    z0: Array,
+) -> tuple[Array, Array, Array]:
+    """The attention proper, from prepared features (jitted once per configuration on JAX)."""
+    xp = be.xp
+    init = _linear.State(S0, z0)
+    if not causal:
+        st = _linear.add(init, _linear.chunk_state(chunk, xp))
+        out = _linear.attend(chunk.a, chunk.c, st, plan.eps, xp)
+        return (out if out.dtype == out_dtype else xp.astype(out, out_dtype)), st.S, st.z
+    out, st = be.causal_scan(chunk, init, size=size, eps=plan.eps, device=dev, out_dtype=out_dtype)
+    return out, st.S, st.z
+
+
+def linear_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    pos: Any = None,
+    *,
+    rope: RotaryEmbedding | None = None,
+    k_pos: Any = None,
+    causal: bool = False,
+    feature_map: FeatureMapName | Callable[[Array], Array] | None = None,
+    similarity: Similarity = "dot",
+    eps: float = 1e-6,
+    chunk_size: int | None = None,
+    state: LinearAttentionState | None = None,
+    return_state: bool = False,
+    key_mask: Array | None = None,
+) -> Array | tuple[Array, LinearAttentionState]:
+    """RoFormer linear attention with RoPE on the features (paper eq. 19).
+
+    Parameters
+    ----------
+    q, k : array
+        Queries ``(..., N, d)`` and keys ``(..., M, d)``, real floating, same dtype.
+    v : array
+        Values ``(..., M, d_v)``.  Leading axes of ``q``, ``k``, ``v`` broadcast.
+    pos : array or int or sequence, optional
+        Positions, broadcast to ``q.shape[:-1]`` (and ``k.shape[:-1]`` unless ``k_pos`` is
+        given).  ``None`` (default): plain linear attention, no rotation.
+    rope : RoPE or AxialRoPE or MRoPE, optional
+        The rotary embedding of the features (default ``RoPE(F)`` when ``pos`` is given;
+        static scalings only).  Its ``head_dim`` must be the feature width ``F``.
+    k_pos : optional
+        Key positions (non-causal cross-attention), default ``pos``.
+    causal : bool
+        Query ``i`` sees keys ``j <= i`` (needs ``N == M``) plus the keys in ``state``.
+    feature_map : {"elu+1", "relu", "softplus", "identity"} or callable, optional
+        ``phi``, applied to ``q`` and ``k`` in float32 or better.  Default ``"elu+1"``;
+        ``"identity"`` for ``similarity="cosine"`` (refused with ``"dot"``: its
+        denominators can be negative).  A callable maps ``(..., d)`` to ``(..., F)``
+        features (``F`` even for RoPE); with ``similarity="dot"`` they must be
+        non-negative (checked where the values are concrete).
+    similarity : {"dot", "cosine"}
+        ``"dot"``: ``phi(q)^T phi(k)``, RoPE in the numerator only.  ``"cosine"``:
+        ``1 + cos(phi(q), phi(k))`` with RoPE in numerator and denominator (rotation keeps
+        norms); zero vectors have cosine 0.
+    eps : float
+        Denominator guard: the denominator is ``max(den, eps)``, so queries whose features
+        all underflow (elu+1 of very negative inputs) or that see only padded keys give a
+        finite (zero-numerator) output.
+    chunk_size : int, optional
+        Chunk length ``C`` of the causal algorithm (default ``min(N, 128)``).  Does not
+        change results beyond rounding.
+    state : LinearAttentionState, optional
+        Keys/values that precede these (decoding, or chunked processing): arrays of the
+        same library, shaped exactly for these keys and values.
+    return_state : bool
+        Also return the state after these keys: ``state + state(k, v)``.
+    key_mask : bool array, optional
+        Broadcasts to ``k.shape[:-1]``; ``False`` marks padding, whose features and values
+        are replaced by zeros (nothing of it leaks, even NaN or inf).
+
+    Returns
+    -------
+    out : array
+        ``(..., N, d_v)`` in the input dtype; with ``return_state``, ``(out, state)``.
+
+    Examples
+    --------
+    >>> import numpy as np, rotary
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = (rng.normal(size=(2, 4, 16, 8)).astype(np.float32) for _ in range(3))
+    >>> out = rotary.linear_attention(q, k, v, np.arange(16), causal=True, chunk_size=4)
+    >>> out.shape, out.dtype
+    ((2, 4, 16, 8), dtype('float32'))
+
+    Decoding token by token gives the same outputs:
+
+    >>> outs, st = [], None
+    >>> for t in range(16):
+    ...     o, st = rotary.linear_attention(q[..., t:t+1, :], k[..., t:t+1, :], v[..., t:t+1, :],
+    ...                                      [t], causal=True, state=st, return_state=True)
+    ...     outs.append(o)
+    >>> bool(np.allclose(np.concatenate(outs, axis=-2), out, atol=1e-5)), st.offset
+    (True, 16)
+    """
+    xp, causal, eps, chunk_size = _common(
+        q, k, v, causal=causal, eps=eps, chunk_size=chunk_size, key_mask=key_mask, state=state
+    )
+    return_state = chk.check_bool(return_state, "return_state")
+    kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
+    chk.broadcast_shapes(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
+    sdt = None
+    if state is not None and isinstance(state, tuple) and len(state) == 3 and is_array(state[0]):
+        sdt = state[0].dtype
+    pr = _prepare(q, k, v, pos, k_pos, rope, feature_map, similarity, eps, key_mask, sdt, xp)
+    xp_, plan = pr.be.xp, pr.plan
+    F, dv = pr.chunk.b.shape[-1], v.shape[-1]
+    if state is not None:
+        S0, z0, off0 = _state_arrays(state, xp, (*kv_lead, F, dv), (*kv_lead, F))
+        if S0.dtype != plan.cdt:
+            S0, z0 = xp_.astype(S0, plan.cdt), xp_.astype(z0, plan.cdt)
+    else:
+        S0 = xp_.zeros((*kv_lead, F, dv), dtype=plan.cdt, device=pr.dev)
+        z0 = xp_.zeros((*kv_lead, F), dtype=plan.cdt, device=pr.dev)
+        off0 = 0
+    n = q.shape[-2]
+    size = max(1, min(n, 128 if chunk_size is None else chunk_size))
+    core = pr.be.jit(_core, (0, 1, 2, 3, 4, 5))
+    out, S, z = core(plan, causal, size, pr.be, pr.dev, q.dtype, pr.chunk, S0, z0)
+    if not return_state:
+        return out
+    if tuple(z.shape[:-1]) != kv_lead:
+        z = xp_.broadcast_to(z, (*kv_lead, z.shape[-1]))
+    return out, LinearAttentionState(S, z, off0 + k.shape[-2])

@@ -1,0 +1,232 @@
+"""cos and sin of the rotation angles ``pos * theta_i``: the exact method and the float32 recipe.
+
+``"exact"`` (default)
+    Range reduction that is exact for integer positions.  An integer position is split
+    into base-4096 digits ``p = d0 + 4096 d1 + 4096**2 d2`` by floor division, so
+    ``d0, d1`` are in ``[0, 4096)`` and only the top digit ``d2`` carries the sign (no
+    ``abs`` of the position, which overflows at ``-2**31`` in int32).  For each digit level
+    a host table of ``cos/sin(d * 4096**level * theta)`` is built once: the step
+    ``4096**level * theta`` is reduced modulo ``2 pi`` exactly (decimal arithmetic), so
+    every table angle is below ``4097 * 2 pi`` and each entry is correct to ~1e-16 before
+    rounding to the compute dtype.  The digits' rotations are then composed with the
+    angle-addition formulas.  A floating position adds ``cos/sin(f * theta)`` of its
+    fractional part ``f``, computed directly; float64 positions are split before any
+    rounding to float32.
+
+    Within a few float32 ulps (< 2e-7 absolute) of the float64 truth for every integer
+    ``|p| < 2**36`` on every backend, float64-less ones included; float64 results are
+    within ~2e-15.
+
+``"float32"``
+    Hugging Face's recipe: ``angle = float32(pos) * float32(theta)``, then ``cos``/``sin``
+    in float32.  Bit-for-bit Hugging Face on torch; its error grows with the position.
+
+Max |cos error| against the float64 truth (d=128, base 1e4, all 64 frequencies,
+``benchmarks/angle_errors.py``)::
+
+    position   float32 recipe   exact, float32   exact, float64
+    2**10      5.6e-05          3.0e-08          < 1e-16
+    2**17      7.7e-03          1.3e-07          1.1e-16
+    2**20      6.2e-02          1.3e-07          1.1e-16
+    2**24      9.5e-01          1.3e-07          1.5e-15
+    2**28      2 (wrong sign)   1.9e-07          1.4e-15
+    2**32      2                1.8e-07          1.6e-15
+    2**36 - 1  2                1.8e-07          2.2e-15
+"""
+
+from __future__ import annotations
+
+import decimal
+from collections.abc import Callable
+
+import numpy as np
+
+from .._lib._typing import Array, DType, Namespace
+from .._lib._validation import dtype_name, is_floating
+
+__all__ = [
+    "DIGIT_BITS",
+    "LEVELS",
+    "RADIX",
+    "TABLE_ROWS",
+    "digit_tables",
+    "exact_cos_sin",
+    "float32_recipe",
+    "int_digits",
+    "levels_for_range",
+    "widen_positions",
+]
+
+#: Bits per position digit, number of digit levels, radix, rows per level table.
+DIGIT_BITS = 12
+LEVELS = 3
+RADIX = 1 << DIGIT_BITS
+#: Rows of each level's table: digits ``0 .. 4096`` (the top digit of ``-2**36 < p`` reaches 4096).
+TABLE_ROWS = RADIX + 1
+
+#: 2 pi to 110 significant digits, for the exact range reduction of the table steps.
+_TWO_PI = 2 * decimal.Decimal(
+    "3.14159265358979323846264338327950288419716939937510582097494459230781640628620899862803482534211706798"
+)
+
+
+def _reduced(w: np.ndarray, scale: int) -> np.ndarray:
+    """``(scale * w) mod 2 pi`` in ``longdouble``, from exact decimal arithmetic (``w`` is
+    float64 and ``scale`` an integer, so the product is exact before the reduction)."""
+    out = np.empty(w.shape, dtype=np.longdouble)
+    with decimal.localcontext() as ctx:
+        ctx.prec = 110
+        k = decimal.Decimal(scale)
+        for i, wi in enumerate(w.tolist()):
+            x = decimal.Decimal(wi) * k
+            r = x - (x / _TWO_PI).to_integral_value(rounding=decimal.ROUND_FLOOR) * _TWO_PI
+            hi = float(r)
+            out[i] = np.longdouble(hi) + np.longdouble(float(r - decimal.Decimal(hi)))
+    return out
+
+
+#: A table row ``d = 64 a + b`` is put together from ``a`` (0..64) and ``b`` (0..63).
+_SPLIT = 64
+
+
+def digit_tables(w: np.ndarray) -> np.ndarray:
+    """Host tables ``cos/sin(d * 4096**level * w)`` for digits ``d = 0 .. 4096``.
+
+    Float64, shape ``(LEVELS, 2, TABLE_ROWS, len(w))`` (axis 1: cos, sin; rows contiguous),
+    read-only.  Each row ``d = 64 a + b`` is the angle sum of ``a * s64`` and ``b * s1``,
+    where ``s1`` and ``s64`` are the steps ``4096**level * w`` and ``64 * 4096**level * w``
+    reduced modulo ``2 pi`` exactly (decimal): every ``longdouble`` angle is below
+    ``64 * 2 pi`` and the sum is formed in ``longdouble``, so the entries are within ~1e-18
+    of the truth before rounding to float64.
+    """
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    ld = np.longdouble  # 64-bit mantissa on x86; float64 where the platform has no wider type
+    n_a = -(-TABLE_ROWS // _SPLIT)
+    ka = np.arange(n_a + 1, dtype=ld)[:, None, None]
+    kb = np.arange(_SPLIT, dtype=ld)[None, :, None]
+    out = np.empty((LEVELS, 2, TABLE_ROWS, w.shape[0]), dtype=np.float64)
+    for level in range(LEVELS):
+        s1 = _reduced(w, RADIX**level)
+        s64 = _reduced(w, _SPLIT * RADIX**level)
+        a, b = ka * s64, kb * s1
+        ca, sa, cb, sb = np.cos(a), np.sin(a), np.cos(b), np.sin(b)
+        c = (ca * cb - sa * sb).reshape(-1, w.shape[0])[:TABLE_ROWS]
+        s = (sa * cb + ca * sb).reshape(-1, w.shape[0])[:TABLE_ROWS]
+        out[level, 0] = c.astype(np.float64)
+        out[level, 1] = s.astype(np.float64)
+    out.setflags(write=False)
+    return out
+
+
+def levels_for_range(hi: int) -> int:
+    """Digit levels needed for non-negative positions ``<= hi``."""
+    levels = 1
+    while hi >= RADIX**levels and levels < LEVELS:
+        levels += 1
+    return levels
+
+
+def int_digits(p: Array, *, xp: Namespace, levels: int, nonneg: bool) -> tuple[list[Array], Array | None]:
+    """Base-4096 digits of 1-D integer positions ``p`` by floor division, as table row indices.
+
+    Returns ``(digits, negative)``: ``levels`` index arrays, and for signed positions a
+    boolean array marking a negative top digit (whose absolute value is the index; the
+    caller negates that level's sine), else ``None``.  ``levels < LEVELS`` or ``nonneg``
+    are hints from a caller that has checked the values (non-negative, below ``4096**levels``).
+    """
+    if not nonneg:
+        levels = LEVELS  # floor digits of a negative position use every level
+    digits = []
+    rest = p
+    for _ in range(levels - 1):
+        digits.append(rest & (RADIX - 1))
+        rest = rest >> DIGIT_BITS
+    negative = None
+    if not nonneg:
+        negative = rest < 0
+        rest = xp.abs(rest)  # the top digit is small: no overflow
+    digits.append(rest)
+    return digits, negative
+
+
+def _float_digits(p: Array, *, xp: Namespace) -> tuple[list[Array], Array, Array]:
+    """Digits of ``floor(p)`` (floating ``p``, exact), the negative-top-digit mask and ``p - floor(p)``."""
+    whole = xp.floor(p)
+    frac = p - whole
+    digits = []
+    rest = whole
+    for _ in range(LEVELS - 1):
+        digits.append(xp.astype(xp.remainder(rest, float(RADIX)), xp.int32))
+        rest = xp.floor(rest / RADIX)
+    negative = rest < 0
+    digits.append(xp.astype(xp.abs(rest), xp.int32))
+    return digits, negative, frac
+
+
+def widen_positions(p: Array, xp: Namespace) -> Array:
+    """Integer positions in a dtype whose ``& 4095`` and shifts are exact and that take part in
+    indexing: small types to int32, unsigned to int64 where it exists."""
+    info = xp.iinfo(p.dtype)
+    if info.bits < 32:
+        return xp.astype(p, xp.int32)
+    if info.min == 0 and hasattr(xp, "int64"):
+        return xp.astype(p, xp.int64)
+    return p
+
+
+def exact_cos_sin(
+    pos: Array,
+    tables: Array,
+    w: Array,
+    *,
+    xp: Namespace,
+    dtype: DType,
+    levels: int = LEVELS,
+    nonneg: bool = False,
+    take: Callable[[Array, Array], Array] | None = None,
+) -> tuple[Array, Array]:
+    """Exact-method cos and sin of ``pos[..., None] * w``, shape ``pos.shape + (len(w),)``.
+
+    ``pos``: integer or floating positions (any shape) of ``xp``.  ``tables``:
+    :func:`digit_tables` as an array of ``xp`` in ``dtype`` beside ``pos``; ``w``: the
+    frequencies in ``dtype``.  ``levels``/``nonneg``: see :func:`int_digits` (integers only).
+    ``take(table, idx)``: the row gather (default ``xp.take(table, idx, axis=0)``).
+    """
+    if take is None:
+
+        def take(table: Array, idx: Array) -> Array:
+            return xp.take(table, idx, axis=0)
+
+    shape = tuple(pos.shape)
+    flat = xp.reshape(pos, (-1,))
+    frac = None
+    if is_floating(xp, flat.dtype):
+        if dtype_name(flat.dtype) in ("float16", "bfloat16"):
+            flat = xp.astype(flat, xp.float32)  # exact
+        digits, negative, frac = _float_digits(flat, xp=xp)
+        if frac.dtype != dtype:
+            frac = xp.astype(frac, dtype)
+    else:
+        digits, negative = int_digits(widen_positions(flat, xp), xp=xp, levels=levels, nonneg=nonneg)
+    c = s = None
+    for level, d in enumerate(digits):
+        tc = take(tables[level, 0, ...], d)  # one contiguous table row per position
+        ts = take(tables[level, 1, ...], d)
+        if negative is not None and level == len(digits) - 1:
+            ts = xp.where(negative[:, None], -ts, ts)
+        if c is None:
+            c, s = tc, ts
+        else:
+            c, s = c * tc - s * ts, s * tc + c * ts
+    if frac is not None:
+        ang = frac[:, None] * w
+        fc, fs = xp.cos(ang), xp.sin(ang)
+        c, s = c * fc - s * fs, s * fc + c * fs
+    # (-1: no shape of a constant is read; under torch.compile(dynamic=True) it is not a tensor)
+    return xp.reshape(c, (*shape, -1)), xp.reshape(s, (*shape, -1))
+
+
+def float32_recipe(pos: Array, inv32: Array, *, xp: Namespace) -> tuple[Array, Array]:
+    """Hugging Face's recipe: ``angle = float32(pos)[..., None] * inv32``, cos/sin in float32."""
+    ang = xp.astype(pos, xp.float32)[..., None] * inv32
+    return xp.cos(ang), xp.sin(ang)

@@ -1,0 +1,504 @@
+"""``RoPE``: one RoPE configuration held once, and the rotation code every RoPE class shares.
+
+:class:`Rotary` implements ``apply``, ``rotate`` and ``cos_sin`` once, for
+:class:`RoPE` and for the multi-axis classes of :mod:`rotary.multiaxis`; a subclass only
+says how positions become per-pair cos/sin (``_pair_cos_sin``) and what shape one
+position has (``_coord_shape``).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from . import _hfconfig
+from ._backends import Backend, backend_for
+from ._config import RopeConfig, build_constant
+from ._lib import _validation as v
+from ._lib._cache import intern, interned
+from ._lib._compat import array_namespace, as_namespace, is_array, library_name
+from ._lib._typing import AngleMethod, Array, Device, DType, Layout, Namespace, PartialMode
+from ._math._angles import float32_recipe
+from ._math._rotation import expand_pairs
+from .scaling import Scaling
+
+__all__ = ["RoPE", "Rotary", "rope_of"]
+
+Range = tuple[int, int] | None
+
+
+class Rotary:
+    """What every RoPE class shares: validation, positions, and the rotation itself."""
+
+    head_dim: int
+    layout: Layout
+
+    # -- subclass hooks ------------------------------------------------------------------------
+    def _pair_cos_sin(
+        self, pos: Array, be: Backend, dev: Device, dtype: DType, rng: Range
+    ) -> tuple[Array, Array]:
+        """cos/sin (attention factor applied) of shape ``coord_shape + (width // 2,)``."""
+        raise NotImplementedError
+
+    def _coord_shape(self, pos: Array, name: str) -> tuple[Any, ...]:
+        """The shape of one coordinate of ``pos`` (what broadcasts against ``x.shape[:-1]``)."""
+        return tuple(pos.shape)
+
+    @property
+    def _width(self) -> int:
+        """Features handed to the rotation (the rest pass through)."""
+        raise NotImplementedError
+
+    def _rotation_dtype(self, x_dtype: DType, cdt: DType) -> DType:
+        """The dtype the rotation runs in (``cdt``: float32 or better)."""
+        return cdt
+
+    @property
+    def static(self) -> bool:
+        """True when the angles depend on each position alone (no sequence-length-dependent
+        scaling): what linear attention needs."""
+        return True
+
+    # -- public API ----------------------------------------------------------------------------
+    def cos_sin(
+        self,
+        pos: Any,
+        *,
+        xp: Namespace | None = None,
+        device: Device = None,
+        dtype: DType = None,
+        full: bool = False,
+    ) -> tuple[Array, Array]:
+        """cos and sin of the rotation angles at ``pos`` (attention factor applied).
+
+        Parameters
+        ----------
+        pos : array or int or sequence
+            Positions.  With ``xp=None`` the namespace is that of ``pos`` (NumPy for Python
+            values).
+        xp, device, dtype
+            Namespace, device and floating dtype of the result (defaults: those of ``pos``;
+            float32).  Integer dtypes are refused.
+        full : bool
+            ``False``: shape ``coord_shape + (rotary_dim // 2,)``, one value per pair.
+            ``True``: shape ``coord_shape + (rotary_dim,)``, laid out for ``self.layout``
+            (``"half"``: ``concat(c, c)`` as Hugging Face returns it; ``"interleaved"``: each
+            value repeated twice).
+
+        Examples
+        --------
+        >>> import rotary
+        >>> c, s = rotary.RoPE(4).cos_sin([0, 1])
+        >>> c.shape
+        (2, 2)
+        >>> float(c[1, 0]), float(s[0, 1])
+        (0.5403022766113281, 0.0)
+        """
+        xp = (
+            as_namespace(xp)
+            if xp is not None
+            else array_namespace(pos)
+            if is_array(pos)
+            else array_namespace()
+        )
+        be = backend_for(xp)
+        dtype = xp.float32 if dtype is None else dtype
+        if not v.is_floating(xp, dtype):
+            raise TypeError(f"dtype must be a real floating dtype, got {v.dtype_name(dtype)}")
+        full = v.check_bool(full, "full")
+        if device is None and is_array(pos) and library_name(array_namespace(pos)) == be.name:
+            device = be.creation_device(pos)
+        p, rng = be.positions(pos, name="pos", device=device)
+        self._coord_shape(p, "pos")
+        if device is None:
+            device = be.creation_device(p)
+        c, s = self._pair_cos_sin(p, be, device, be.compute_dtype(dtype), rng)
+        if full:
+            c, s = expand_pairs(c, self.layout, xp), expand_pairs(s, self.layout, xp)
+        if c.dtype != dtype:
+            c, s = xp.astype(c, dtype), xp.astype(s, dtype)
+        return c, s
+
+    def rotate(self, x: Array, pos: Any) -> Array:
+        """Rotate one array ``x`` of shape ``(..., head_dim)`` at positions ``pos``.
+
+        ``pos`` broadcasts against ``x.shape[:-1]``; it is an array of ``x``'s library, a
+        NumPy array or Python values.  Returns an array of ``x``'s namespace, device, shape
+        and dtype.
+
+        Examples
+        --------
+        >>> import numpy as np, rotary
+        >>> x = np.ones((3, 4), dtype=np.float32)
+        >>> rotary.RoPE(4).rotate(x, np.arange(3)).round(3)
+        array([[ 1.   ,  1.   ,  1.   ,  1.   ],
+               [-0.301,  0.99 ,  1.382,  1.01 ],
+               [-1.325,  0.98 ,  0.493,  1.02 ]], dtype=float32)
+        """
+        xp = self._namespace(x, None, pos, None)
+        be = backend_for(xp)
+        v.check_head_array(x, xp, "x", self.head_dim)
+        dev = be.creation_device(x)
+        p, rng = self._positions(be, pos, x, "pos", "x", dev)
+        if be.lazy and not self._needs_all_positions():
+            return be.map_positions(self.rotate, x, p, name="x", pos_name="pos")
+        return self._rotate(be, x, p, rng, dev)
+
+    def apply(self, q: Array, k: Array, pos: Any, *, k_pos: Any = None) -> tuple[Array, Array]:
+        """Rotate queries and keys; ``k_pos`` (default ``pos``) gives the keys' positions.
+
+        ``q`` and ``k`` may have different head counts (grouped-query attention) and, with
+        ``k_pos``, different sequence lengths (a KV cache).
+
+        Examples
+        --------
+        >>> import numpy as np, rotary
+        >>> rope = rotary.RoPE(8)
+        >>> q = np.random.default_rng(0).normal(size=(1, 4, 5, 8)).astype(np.float32)
+        >>> qr, kr = rope.apply(q, q, np.arange(5))
+        >>> bool(np.allclose((qr * qr).sum(-1), (q * q).sum(-1), rtol=1e-5))
+        True
+        """
+        xp = self._namespace(q, k, pos, k_pos)
+        be = backend_for(xp)
+        v.check_head_array(q, xp, "q", self.head_dim)
+        v.check_head_array(k, xp, "k", self.head_dim)
+        v.check_same_dtype([("q", q), ("k", k)])
+        dev = be.creation_device(q)
+        be.check_devices([("q", q), ("k", k)])
+        v.check_qk(q, k, seq_axis=None if k_pos is None else q.ndim - 2)
+        p, rng = self._positions(be, pos, q, "pos", "q", dev)
+        if k_pos is None:
+            v.check_broadcast(self._coord_shape(p, "pos"), tuple(k.shape[:-1]), "pos", "k")
+            kp, krng = p, rng
+        else:
+            kp, krng = self._positions(be, k_pos, k, "k_pos", "k", dev)
+        if be.lazy and not self._needs_all_positions():
+            rot = self.rotate
+            return (
+                be.map_positions(rot, q, p, name="q", pos_name="pos"),
+                be.map_positions(rot, k, kp, name="k", pos_name="k_pos"),
+            )
+        if kp is p:
+            c, s = self._cos_sin_for(be, q, p, rng, dev)
+            return be.rotate(q, c, s, layout=self.layout, rotary_dim=self._width), be.rotate(
+                k, c, s, layout=self.layout, rotary_dim=self._width
+            )
+        return self._rotate(be, q, p, rng, dev), self._rotate(be, k, kp, krng, dev)
+
+    # -- shared steps --------------------------------------------------------------------------
+    def _needs_all_positions(self) -> bool:
+        """Dynamic scalings read the sequence length from every position (no block-wise Dask)."""
+        return False
+
+    @staticmethod
+    def _namespace(q: Any, k: Any, pos: Any, k_pos: Any) -> Namespace:
+        """The namespace of the data; positions may be NumPy/Python values with any library."""
+        arrays = [a for a in (q, k) if a is not None]
+        for name, a in zip(("q" if k is not None else "x", "k"), arrays, strict=False):
+            if not is_array(a):
+                raise TypeError(f"{name} must be an array of shape (..., head_dim), got {type(a).__name__}")
+        return array_namespace(*arrays, names=("q", "k") if k is not None else ("x",))
+
+    def _positions(
+        self, be: Backend, pos: Any, x: Array, name: str, x_name: str, dev: Device
+    ) -> tuple[Array, Range]:
+        p, rng = be.positions(pos, name=name, device=dev)
+        if p is pos:
+            be.check_devices([(x_name, x), (name, p)])
+        coord = self._coord_shape(p, name)
+        lead = tuple(x.shape[:-1])
+        v.check_broadcast(coord, lead, name, x_name)
+        _check_unambiguous(coord, lead, name, x_name)
+        return p, rng
+
+    def _cos_sin_for(self, be: Backend, x: Array, p: Array, rng: Range, dev: Device) -> tuple[Array, Array]:
+        cdt = be.compute_dtype(x.dtype)
+        c, s = self._pair_cos_sin(p, be, dev, cdt, rng)
+        rd = self._rotation_dtype(x.dtype, cdt)
+        if c.dtype != rd:
+            c, s = be.xp.astype(c, rd), be.xp.astype(s, rd)
+        return c, s
+
+    def _rotate(self, be: Backend, x: Array, p: Array, rng: Range, dev: Device) -> Array:
+        c, s = self._cos_sin_for(be, x, p, rng, dev)
+        return be.rotate(x, c, s, layout=self.layout, rotary_dim=self._width)
+
+
+def _check_unambiguous(coord: tuple[Any, ...], lead: tuple[Any, ...], name: str, x_name: str) -> None:
+    """Refuse positions whose first axis equals the batch size but would be broadcast against a
+    later axis: HF ``position_ids`` of shape ``(batch, seq)`` on ``(batch, heads, seq, dim)``
+    would otherwise be read as ``(heads, seq)`` whenever ``batch == heads``."""
+    if 2 <= len(coord) < len(lead) and coord[0] != 1 and coord[0] == lead[0]:
+        raise ValueError(
+            f"{name} of shape {coord} is ambiguous against {x_name}.shape[:-1] = {lead}: it broadcasts "
+            f"against the last {len(coord)} axes, so its first axis would be read as axis "
+            f"{len(lead) - len(coord)} (size {lead[len(lead) - len(coord)]}), not as the batch axis. "
+            f"For HF position_ids of shape (batch, seq) on (batch, heads, seq, dim) pass "
+            f"{name}[:, None, :]; to mean axis {len(lead) - len(coord)}, add the leading axes "
+            f"explicitly ({name}[None])"
+        )
+
+
+class RoPE(Rotary):
+    """A RoPE configuration: frequencies, layout, partial rotary, scaling.
+
+    Parameters
+    ----------
+    head_dim : int
+        Features per head (even).
+    base : float
+        RoPE base ``theta`` (``rope_theta``), default 10000.
+    layout : {"half", "interleaved"}
+        Pairing of features: ``"half"`` pairs ``i`` with ``i + r/2`` (GPT-NeoX, Hugging Face
+        LLaMA); ``"interleaved"`` pairs ``2i`` with ``2i + 1`` (RoFormer, Meta LLaMA, GPT-J).
+    rotary_dim : int, optional
+        Rotate only ``rotary_dim`` features of each head (even); the rest pass through.
+        Which features and which frequencies depend on ``partial``.
+    scaling : Scaling or dict, optional
+        A context-extension scaling from :mod:`rotary.scaling`, or a Hugging Face
+        ``rope_scaling`` dict.
+    angles : {"exact", "float32"}
+        ``"exact"`` (default): angles within 2e-7 of the float64 truth for integer
+        positions up to 2**36 on every backend.  ``"float32"``: the common float32 recipe,
+        bit-for-bit Hugging Face on torch: angles in float32, cos/sin cast to the input
+        dtype and the rotation done in it (as HF's ``apply_rotary_pos_emb`` does).
+    partial : {"neox", "proportional"}
+        How ``rotary_dim < head_dim`` is read.  ``"neox"`` (default; GPT-NeoX ``rotary_pct``,
+        GPT-J ``rotary_dim``, HF ``partial_rotary_factor``): the first ``rotary_dim``
+        features form the pairs and the frequency exponent uses ``rotary_dim``.
+        ``"proportional"`` (Gemma, HF ``rope_type="proportional"``): the exponent uses
+        ``head_dim``, the pairs span the whole head and only the first ``rotary_dim // 2``
+        pairs rotate (the others have frequency 0).  ``inv_freq`` and ``cos_sin`` then have
+        ``head_dim // 2`` entries, as in Hugging Face.
+
+    Notes
+    -----
+    The configuration is held in :attr:`config`, a frozen :class:`RopeConfig`; two RoPEs
+    with equal configurations are equal and share their cached constants.  Under
+    ``jax.jit`` and ``torch.compile`` the frequency tables are compile-time constants and
+    the positions stay traced; for ``torch.compile``, construct the ``RoPE`` outside the
+    compiled function (as you would a module).
+
+    Examples
+    --------
+    >>> import numpy as np, rotary
+    >>> rope = rotary.RoPE(64)
+    >>> q = np.ones((2, 8, 16, 64), dtype=np.float32)
+    >>> q_rot, k_rot = rope.apply(q, q, np.arange(16))
+    >>> q_rot.shape, q_rot.dtype
+    ((2, 8, 16, 64), dtype('float32'))
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        *,
+        base: float = 10000.0,
+        layout: Layout = "half",
+        rotary_dim: int | None = None,
+        scaling: Scaling | dict[str, Any] | None = None,
+        angles: AngleMethod = "exact",
+        partial: PartialMode = "neox",
+    ) -> None:
+        self._init(RopeConfig(head_dim, rotary_dim, base, layout, scaling, angles, partial))
+
+    def _init(self, config: RopeConfig) -> None:
+        self.config = config
+        self._variants = tuple(config.with_scaling(s) for s in config.scaling.variants())
+        self._af = config.attention_factor
+
+    @classmethod
+    def from_config(cls, config: RopeConfig) -> RoPE:
+        """The RoPE of a :class:`RopeConfig`."""
+        if not isinstance(config, RopeConfig):
+            raise TypeError(f"config must be a RopeConfig, got {type(config).__name__}")
+        rope = cls.__new__(cls)
+        rope._init(config)
+        return rope
+
+    @classmethod
+    def from_hf(cls, config: Any, *, angles: AngleMethod = "exact", layer_type: str | None = None) -> RoPE:
+        """The RoPE of a Hugging Face ``transformers`` config (object, dict or path to a
+        ``config.json``); see :func:`rotary.hf.from_hf`.
+
+        Examples
+        --------
+        >>> import rotary
+        >>> cfg = {"hidden_size": 64, "num_attention_heads": 4, "rope_theta": 500000.0,
+        ...        "max_position_embeddings": 8192, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+        ...        "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+        >>> rope = rotary.RoPE.from_hf(cfg)
+        >>> rope.head_dim, rope.base, rope.scaling.factor
+        (16, 500000.0, 8.0)
+        """
+        return cls.from_config(_hfconfig.rope_config(config, angles=angles, layer_type=layer_type))
+
+    # -- configuration -------------------------------------------------------------------------
+    head_dim = property(lambda self: self.config.head_dim, doc="Features per head.")
+    rotary_dim = property(lambda self: self.config.rotary_dim, doc="Rotated features per head.")
+    base = property(lambda self: self.config.base, doc="The RoPE base.")
+    layout = property(lambda self: self.config.layout, doc="The pair layout.")  # type: ignore[assignment]
+    scaling = property(lambda self: self.config.scaling, doc="The context-extension scaling.")
+    angles = property(lambda self: self.config.angles, doc="The angle method.")
+    partial = property(lambda self: self.config.partial, doc="How rotary_dim < head_dim is read.")
+
+    @property
+    def attention_factor(self) -> float:
+        """Factor multiplied into cos and sin by the scaling (1.0 for most)."""
+        return self._af
+
+    @property
+    def _width(self) -> int:
+        return self.config.width
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.config == self.config  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self.config)
+
+    def __repr__(self) -> str:
+        c = self.config
+        extra = "" if c.rotary_dim == c.head_dim else f", rotary_dim={c.rotary_dim}"
+        sc = "" if type(c.scaling).rope_type == "default" else f", scaling={c.scaling!r}"
+        an = "" if c.angles == "exact" else f", angles={c.angles!r}"
+        an += "" if c.partial == "neox" else f", partial={c.partial!r}"
+        return f"RoPE({c.head_dim}, base={c.base:g}, layout={c.layout!r}{extra}{sc}{an})"
+
+    # -- frequencies ---------------------------------------------------------------------------
+    def inv_freq(self, *, xp: Namespace | None = None, device: Device = None, dtype: DType = None) -> Array:
+        """Inverse frequencies, shape ``(rotary_dim // 2,)`` (``(head_dim // 2,)`` for
+        ``partial="proportional"``).
+
+        A float64 NumPy array by default (a copy); with ``xp`` (and optionally ``device``
+        and a floating ``dtype``) an array of that namespace, in its widest float by default.
+
+        Examples
+        --------
+        >>> import rotary
+        >>> rotary.RoPE(8).inv_freq()
+        array([1.   , 0.1  , 0.01 , 0.001])
+        """
+        w = self.config.host_inv_freq()
+        if xp is None:
+            if device is not None or dtype is not None:
+                raise ValueError("device= and dtype= need xp=")
+            return w.copy()
+        be = backend_for(xp)
+        dtype = be.widest_float(device) if dtype is None else dtype
+        if not v.is_floating(xp, dtype):
+            raise TypeError(f"dtype must be a real floating dtype, got {v.dtype_name(dtype)}")
+        return xp.asarray(np.array(w), dtype=dtype, device=device)
+
+    # -- angles --------------------------------------------------------------------------------
+    @property
+    def static(self) -> bool:
+        return not self.config.scaling.dynamic
+
+    def _needs_all_positions(self) -> bool:
+        return bool(self.config.scaling.dynamic)
+
+    def _rotation_dtype(self, x_dtype: DType, cdt: DType) -> DType:
+        return x_dtype if self.config.angles == "float32" else cdt
+
+    def _pair_cos_sin(
+        self, pos: Array, be: Backend, dev: Device, dtype: DType, rng: Range
+    ) -> tuple[Array, Array]:
+        cfg = self.config
+        if cfg.scaling.dynamic:
+
+            def static(i: int) -> tuple[Array, Array]:
+                return _static_cos_sin(self._variants[i], pos, be, dev, dtype, rng)
+
+            c, s = cfg.scaling.dynamic_cos_sin(
+                pos,
+                static,
+                dim=cfg.freq_dim,
+                base=cfg.base,
+                angles=cfg.angles,
+                xp=be.xp,
+                device=dev,
+                dtype=dtype,
+                wide=be.widest_float(dev),
+            )
+        else:
+            c, s = _static_cos_sin(cfg, pos, be, dev, dtype, rng)
+        if self._af != 1.0:
+            c, s = c * self._af, s * self._af
+        return c, s
+
+
+def _static_cos_sin(
+    cfg: RopeConfig, pos: Array, be: Backend, dev: Device, dtype: DType, rng: Range
+) -> tuple[Array, Array]:
+    """cos/sin of a static configuration's angles (attention factor not applied)."""
+    xp = be.xp
+    if cfg.angles == "float32":
+        inv32 = be.constant(build_constant, cfg, "float32_inv", dev, xp.float32)
+        c, s = float32_recipe(pos, inv32, xp=xp)
+        if c.dtype != dtype:
+            c, s = xp.astype(c, dtype), xp.astype(s, dtype)
+        return c, s
+    tables = be.constant(build_constant, cfg, "tables", dev, dtype)
+    w = be.constant(build_constant, cfg, "inv_freq", dev, dtype)
+    return be.exact_cos_sin(
+        pos, tables, w, dtype=dtype, rng=rng, table_key=(cfg, str(dev), v.dtype_name(dtype))
+    )
+
+
+def _make(
+    head_dim: int, base: Any, layout: Any, rotary_dim: Any, scaling: Any, angles: Any, partial: Any
+) -> str:
+    """The handle of the RoPE of these options (run for real, even inside ``torch.compile``)."""
+    from .scaling import resolve
+
+    sc = resolve(scaling)
+    key = ("rope_of", head_dim, base, layout, rotary_dim, sc, angles, partial)
+    try:
+        hash(key)
+    except TypeError:  # e.g. a list given for base: let RoPE's checks name it
+        RoPE(
+            head_dim,
+            base=base,
+            layout=layout,
+            rotary_dim=rotary_dim,
+            scaling=sc,
+            angles=angles,
+            partial=partial,
+        )
+        raise
+    return intern(
+        key,
+        lambda: RoPE(
+            head_dim,
+            base=base,
+            layout=layout,
+            rotary_dim=rotary_dim,
+            scaling=sc,
+            angles=angles,
+            partial=partial,
+        ),
+    )
+
+
+def rope_of(
+    be: Backend,
+    head_dim: int,
+    *,
+    base: Any = 10000.0,
+    layout: Any = "half",
+    rotary_dim: Any = None,
+    scaling: Any = None,
+    angles: Any = "exact",
+    partial: Any = "neox",
+) -> RoPE:
+    """The :class:`RoPE` of these options, built once and held (interned).
+
+    Built through :meth:`Backend.eager`, so inside ``torch.compile`` the RoPE still exists
+    outside the trace and its configuration can key the cached constants.
+    """
+    head_dim = operator.index(head_dim)  # specialises a symbolic size under torch.compile
+    return interned(be.eager(_make, head_dim, base, layout, rotary_dim, scaling, angles, partial))  # type: ignore[no-any-return]
