@@ -21,8 +21,7 @@ import numpy as np
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import rotary
-from rotary._compat import to_numpy
-from rotary.testing import available
+from rotary.testing import available, to_numpy
 
 MARKS = [("2^10", 2**10), ("2^17", 2**17), ("2^20", 2**20), ("2^24", 2**24), ("2^28", 2**28),
          ("2^32", 2**32), ("2^36 - 1", 2**36 - 1)]  # fmt: skip

@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 
 import rotary
-from rotary._compat import to_numpy
-from rotary.testing import Backend, available, check_rope, eps
+from rotary.testing import Backend, available, check_rope, eps, to_numpy
 
 __all__ = ["COLUMNS", "Cell", "Column", "Sub", "Target", "run_backend", "run_invariants"]
 

@@ -49,7 +49,7 @@ def decay_bound(distance: Any, dim: int, base: float = 10000.0) -> Array:
     rope = RoPE(v.check_head_dim(dim, "dim"), base=v.check_base(base))
     dev = be.creation_device(distance) if is_array(distance) else None
     r, _ = be.positions(distance, name="distance", device=dev)
-    if v.is_floating(xp, r.dtype) and v.dtype_name(r.dtype) in ("float32", "float64"):
+    if v.is_floating(xp, r.dtype):
         out_dtype = r.dtype
     else:
         out_dtype = xp.__array_namespace_info__().default_dtypes(device=dev)["real floating"]

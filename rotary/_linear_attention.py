@@ -399,12 +399,12 @@ def _core(
     dev: Device,
     out_dtype: DType,
     chunk: _linear.Chunk,
-    S0: Array,
-    z0: Array,
+    S0: Array | None,
+    z0: Array | None,
 ) -> tuple[Array, Array, Array]:
     """The attention proper, from prepared features (jitted once per configuration on JAX)."""
     xp = be.xp
-    init = _linear.State(S0, z0)
+    init = None if S0 is None else _linear.State(S0, z0)
     if not causal:
         st = _linear.add(init, _linear.chunk_state(chunk, xp))
         out = _linear.attend(chunk.a, chunk.c, st, plan.eps, xp)
@@ -515,8 +515,7 @@ def linear_attention(
         if S0.dtype != plan.cdt:
             S0, z0 = xp_.astype(S0, plan.cdt), xp_.astype(z0, plan.cdt)
     else:
-        S0 = xp_.zeros((*kv_lead, F, dv), dtype=plan.cdt, device=pr.dev)
-        z0 = xp_.zeros((*kv_lead, F), dtype=plan.cdt, device=pr.dev)
+        S0 = z0 = None
         off0 = 0
     n = q.shape[-2]
     size = max(1, min(n, 128 if chunk_size is None else chunk_size))
@@ -524,6 +523,8 @@ def linear_attention(
     out, S, z = core(plan, causal, size, pr.be, pr.dev, q.dtype, pr.chunk, S0, z0)
     if not return_state:
         return out
+    if tuple(S.shape[:-2]) != kv_lead:
+        S = xp_.broadcast_to(S, (*kv_lead, *S.shape[-2:]))
     if tuple(z.shape[:-1]) != kv_lead:
         z = xp_.broadcast_to(z, (*kv_lead, z.shape[-1]))
     return out, LinearAttentionState(S, z, off0 + k.shape[-2])

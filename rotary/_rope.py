@@ -164,11 +164,12 @@ class Rotary:
         xp = self._namespace(q, k, pos, k_pos)
         be = backend_for(xp)
         v.check_head_array(q, xp, "q", self.head_dim)
+        v.check_array(k, "k")
+        v.check_qk(q, k, seq_axis=None if k_pos is None else q.ndim - 2)
         v.check_head_array(k, xp, "k", self.head_dim)
         v.check_same_dtype([("q", q), ("k", k)])
         dev = be.creation_device(q)
         be.check_devices([("q", q), ("k", k)])
-        v.check_qk(q, k, seq_axis=None if k_pos is None else q.ndim - 2)
         p, rng = self._positions(be, pos, q, "pos", "q", dev)
         if k_pos is None:
             v.check_broadcast(self._coord_shape(p, "pos"), tuple(k.shape[:-1]), "pos", "k")

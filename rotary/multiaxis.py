@@ -130,6 +130,9 @@ class AxialRoPE(Rotary):
     def _width(self) -> int:
         return self.rotary_dim
 
+    def _needs_all_positions(self) -> bool:
+        return True  # coordinates last: not the block-wise Dask path of 1-D positions
+
     def inv_freq(self) -> np.ndarray:
         """Frequency of every pair, shape ``(rotary_dim // 2,)``, float64 (axis blocks in order)."""
         return np.concatenate([r.inv_freq() for r in self._ropes])

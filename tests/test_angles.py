@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_close
 
 import rotary
-from rotary._compat import to_numpy
+from rotary.testing import assert_close, to_numpy
 
 mpmath = pytest.importorskip("mpmath")
 
@@ -34,11 +33,11 @@ def _truth_mp(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _has_int64(backend) -> bool:
-    return backend.module != "jax" or backend.float64  # JAX without x64 has no int64
+    return backend.int64
 
 
 def _int_dtype(backend) -> str:
-    return "int64" if _has_int64(backend) else "int32"
+    return backend.int_dtype()
 
 
 def _dense_positions(rng) -> np.ndarray:
@@ -94,8 +93,8 @@ def test_exact_float64_mode(backend, rng):
     pos = np.concatenate([[2**24 - 1, 2**36 - 1], rng.integers(0, 2**36, size=6)])
     c, s = rotary.RoPE(D).cos_sin(backend.asarray(pos, "int64"), dtype=backend.xp.float64)
     tc, ts = _truth_mp(pos)
-    assert_close(c, tc, "float64", factor=32)
-    assert_close(s, ts, "float64", factor=32)
+    assert_close(c, tc, dtype="float64", ulps=32)
+    assert_close(s, ts, dtype="float64", ulps=32)
 
 
 @pytest.mark.parametrize("center", [0, 2**10, 2**20, 2**23])

@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 import pytest
-from conftest import assert_close
 
 import rotary
-from rotary._compat import device
+from rotary._lib._compat import device
+from rotary.testing import assert_close
 
 
 def direct(distances, dim, base=10000.0):
@@ -70,12 +70,14 @@ def test_every_backend_keeps_namespace_dtype_device(backend):
         if backend.device is not None:
             assert device(got) == backend.device
         # Values up to 32.5: the error of a float32 computation is a few eps times the value.
-        assert_close(got, ref, dtype, scale=np.maximum(1.0, ref), factor=16)
+        assert_close(got, ref, dtype=dtype, scale=np.maximum(1.0, ref), ulps=16)
     # Integer distances give the namespace's default floating dtype (float64 on NumPy).
     ints = rotary.decay_bound(backend.asarray(r, "int32"), 64)
     default = backend.xp.__array_namespace_info__().default_dtypes(device=backend.device)["real floating"]
     assert ints.dtype == default
-    assert_close(ints, ref, "float32", scale=np.maximum(1.0, ref), factor=16)
+    assert_close(
+        ints, ref, like=backend.asarray(r, "float32"), dtype=default, scale=np.maximum(1.0, ref), ulps=64
+    )
 
 
 def test_bad_arguments_are_named():
@@ -83,7 +85,7 @@ def test_bad_arguments_are_named():
         rotary.decay_bound([0, 1], 7)
     with pytest.raises(TypeError, match="dim must be a positive even integer"):
         rotary.decay_bound([0, 1], 8.0)
-    with pytest.raises(ValueError, match="base must be a finite number > 1"):
+    with pytest.raises(ValueError, match="base must be finite and > 1"):
         rotary.decay_bound([0, 1], 8, base=1.0)
     with pytest.raises(TypeError, match="distance must hold integer or real floating"):
         rotary.decay_bound(np.array([True, False]), 8)

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import assert_close, eps
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import rotate_ref
 
 import rotary
+from rotary.testing import assert_close, eps
+from rotary.testing.reference import rotate as rotate_ref
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,9 +87,9 @@ def test_dask_apply_rotate_lazy_keep_chunks(rng, layout, dtype):
     assert c.count == 0, "building the graph ran a compute"
     assert qr.chunks == xr.chunks == back.chunks == dx.chunks
     assert kr.chunks == dk.chunks
-    assert_close(qr, rotate_ref(x, np.arange(12), layout=layout), dtype)
-    assert_close(kr, rotate_ref(k, np.arange(12), layout=layout), dtype)
-    assert_close(xr, rotate_ref(x, np.arange(12), layout=layout), dtype)
+    assert_close(qr, rotate_ref(x, np.arange(12), layout=layout), dtype=dtype)
+    assert_close(kr, rotate_ref(k, np.arange(12), layout=layout), dtype=dtype)
+    assert_close(xr, rotate_ref(x, np.arange(12), layout=layout), dtype=dtype)
     other = "half" if layout == "interleaved" else "interleaved"
     np.testing.assert_array_equal(back.compute(), rotary.convert_layout(x, layout, other))
 
@@ -115,12 +115,12 @@ def test_dask_feature_axis_chunked_gives_right_answers(rng):
     for layout in ("half", "interleaved"):
         qr, kr = rotary.apply(dq, dk, da.from_array(pos), layout=layout)
         assert qr.chunks[:-1] == dq.chunks[:-1]
-        assert_close(qr, rotate_ref(q, pos, layout=layout), "float64")
-        assert_close(kr, rotate_ref(k, pos, layout=layout), "float64")
+        assert_close(qr, rotate_ref(q, pos, layout=layout), dtype="float64")
+        assert_close(kr, rotate_ref(k, pos, layout=layout), dtype="float64")
     for causal in (False, True):
         out = rotary.linear_attention(dq, dk, dv, da.from_array(pos), causal=causal)
         assert out.chunks[:-1] == dq.chunks[:-1]
-        assert_close(out, linear_attention_ref(q, k, v, pos, causal=causal), "float64", factor=64)
+        assert_close(out, linear_attention_ref(q, k, v, pos, causal=causal), dtype="float64", ulps=64)
 
 
 def test_dask_convert_layout_weights_keep_head_blocks(rng):
@@ -150,11 +150,11 @@ def test_dask_linear_attention_lazy_chunks_and_state(rng, causal):
         )
     assert c.count == 0, "building the graph ran a compute"
     assert out.chunks == (*dq.chunks[:-1], (6,))
-    assert_close(out, linear_attention_ref(q, k, v, pos, causal=causal), "float64", factor=64)
+    assert_close(out, linear_attention_ref(q, k, v, pos, causal=causal), dtype="float64", ulps=64)
     ref_state = rotary.linear_attention_state(k, v, pos)
     assert st.offset == 24
-    assert_close(st.S, ref_state.S, "float64", factor=64)
-    assert_close(st.z, ref_state.z, "float64", factor=64)
+    assert_close(st.S, ref_state.S, dtype="float64", ulps=64)
+    assert_close(st.z, ref_state.z, dtype="float64", ulps=64)
 
 
 def test_dask_causal_is_a_scan_over_block_states(rng):
@@ -180,7 +180,7 @@ def test_dask_causal_is_a_scan_over_block_states(rng):
     with Sizes():
         got = out.compute(scheduler="sync")
     assert max(sizes) <= q.size // 4, "some task materialised more than one block of the sequence"
-    assert_close(got, linear_attention_ref(q, k, v, np.arange(64), causal=True), "float64", factor=64)
+    assert_close(got, linear_attention_ref(q, k, v, np.arange(64), causal=True), dtype="float64", ulps=64)
 
 
 @settings(max_examples=12, deadline=None)
@@ -199,10 +199,11 @@ def test_dask_linear_attention_any_chunking(cuts, batch_chunk, causal, layout, s
     q, k, v = _qkv(rng, shape=(2, n, 4), dv=3)
     pos = rng.integers(0, 1000, size=n)
     dq, dk, dv = (da.from_array(a, chunks=(batch_chunk, tuple(cuts), a.shape[-1])) for a in (q, k, v))
-    out = rotary.linear_attention(dq, dk, dv, da.from_array(pos, chunks=3), causal=causal, layout=layout)
+    rope = rotary.RoPE(4, layout=layout)
+    out = rotary.linear_attention(dq, dk, dv, da.from_array(pos, chunks=3), rope=rope, causal=causal)
     assert out.chunks[:-1] == dq.chunks[:-1]
     ref = linear_attention_ref(q, k, v, pos, causal=causal, layout=layout)
-    assert_close(out, ref, "float64", factor=64)
+    assert_close(out, ref, dtype="float64", ulps=64)
 
 
 @pytest.mark.parametrize("scan", ["sequential", "blelloch"])
@@ -215,7 +216,7 @@ def test_causal_linear_attention_dask_helper(rng, scan):
     out = causal_linear_attention_dask(q, k, v, np.arange(40) + 3, chunks=8, scan=scan, key_mask=mask)
     assert out.chunks == ((2,), (8,) * 5, (4,))
     ref = linear_attention_ref(q, k, v, np.arange(40) + 3, causal=True, key_mask=mask)
-    assert_close(out, ref, "float64", factor=64)
+    assert_close(out, ref, dtype="float64", ulps=64)
 
 
 def test_dask_incoming_state_and_float32(rng):
@@ -229,7 +230,7 @@ def test_dask_incoming_state_and_float32(rng):
     dq, dk, dv = (da.from_array(a[:, 8:], chunks=(1, 5, a.shape[-1])) for a in (q, k, v))
     out = rotary.linear_attention(dq, dk, dv, da.arange(8, 20, chunks=5), causal=True, state=st)
     assert out.dtype == np.float32
-    assert_close(out, expected, "float32", factor=64)
+    assert_close(out, expected, dtype="float32", ulps=64)
 
 
 def test_dask_errors_name_the_argument(rng):
@@ -282,11 +283,11 @@ def test_local_cluster_computes_rope_and_linear_attention(client, rng):
     got = client.gather(futures)
     workers = {w for w in client.who_has(futures).values() for w in w}
     assert workers <= set(client.scheduler_info()["workers"]) and workers
-    assert_close(got[0], rotate_ref(q, pos, layout="interleaved"), "float64")
-    assert_close(got[1], rotate_ref(k, pos, layout="interleaved"), "float64")
+    assert_close(got[0], rotate_ref(q, pos, layout="interleaved"), dtype="float64")
+    assert_close(got[1], rotate_ref(k, pos, layout="interleaved"), dtype="float64")
     np.testing.assert_array_equal(got[2], rotary.convert_layout(q, "half", "interleaved"))
-    assert_close(got[3], linear_attention_ref(q, k, v, pos, causal=False), "float64", factor=64)
-    assert_close(got[4], linear_attention_ref(q, k, v, pos, causal=True), "float64", factor=64)
+    assert_close(got[3], linear_attention_ref(q, k, v, pos, causal=False), dtype="float64", ulps=64)
+    assert_close(got[4], linear_attention_ref(q, k, v, pos, causal=True), dtype="float64", ulps=64)
 
 
 # -- JAX: one device, in this process --------------------------------------------------------
@@ -303,7 +304,7 @@ def test_sequence_parallel_one_device(rng, causal):
         )
     )
     ref = linear_attention_ref(q, k, v, np.arange(16), causal=causal)
-    assert_close(f(q, k, v), ref, "float32", factor=64)
+    assert_close(f(q, k, v), ref, dtype="float32", ulps=64)
 
 
 def test_sequence_parallel_errors(rng):

@@ -6,13 +6,12 @@ import importlib
 
 import numpy as np
 import pytest
-from conftest import assert_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rotary
-from rotary._compat import to_numpy
 from rotary.layouts import layout_permutation
+from rotary.testing import assert_close, to_numpy
 
 OTHER = {"half": "interleaved", "interleaved": "half"}
 
@@ -38,7 +37,7 @@ def test_round_trip_is_bitwise(backend, rng, src, rotary_dim):
         y = rotary.convert_layout(xb, src, dst, head_dim=8, rotary_dim=rotary_dim)
         assert type(y) is type(xb) and y.dtype == xb.dtype and tuple(y.shape) == (2, 3, 24)
         if backend.device is not None:
-            from rotary._compat import device
+            from rotary._lib._compat import device
 
             assert device(y) == backend.device
         back = rotary.convert_layout(y, dst, src, head_dim=8, rotary_dim=rotary_dim)
@@ -128,7 +127,7 @@ def test_port_tiny_gqa_attention(backend, rng, src):
     bq2, bk2 = rotary.convert_layout(bq, **conv), rotary.convert_layout(bk, **conv)
     got = _attention_scores(x, wq2, bq2, wk2, bk2, n_heads, n_kv, hd, pos, dst, xp)
     scale = np.abs(to_numpy(ref)).max()
-    assert_close(got, to_numpy(ref).astype(np.float64), dt, factor=8 * hd, scale=scale)
+    assert_close(got, to_numpy(ref).astype(np.float64), dtype=dt, ulps=8 * hd, scale=scale)
     # The wrong layout (forgetting to convert) gives different scores: the test has teeth.
     wrong = _attention_scores(x, wq, bq, wk, bk, n_heads, n_kv, hd, pos, dst, xp)
     assert np.abs(to_numpy(wrong) - to_numpy(ref)).max() > 1e-2 * scale
@@ -244,7 +243,7 @@ def test_errors_name_the_argument(backend, rng):
         rotary.convert_layout(x, "half", "interleaved", head_dim=3)
     with pytest.raises(ValueError, match="rotary_dim must be a positive even integer"):
         rotary.convert_layout(x, "half", "interleaved", head_dim=6, rotary_dim=3)
-    with pytest.raises(ValueError, match="rotary_dim=8 is larger than head_dim=6"):
+    with pytest.raises(ValueError, match="rotary_dim=8 is larger than the head dimension head_dim=6"):
         rotary.convert_layout(x, "half", "interleaved", head_dim=6, rotary_dim=8)
     with pytest.raises(ValueError, match="axis=2 is out of range"):
         rotary.convert_layout(x, "half", "interleaved", axis=2)

@@ -6,16 +6,18 @@ import dataclasses
 import itertools
 from typing import ClassVar
 
+import array_api_compat
 import numpy as np
 import pytest
-from conftest import assert_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import inv_freq64, pair_indices, rotate_ref
 
 import rotary
-from rotary._compat import to_numpy
 from rotary.scaling import Scaling
+from rotary.testing import assert_close, to_numpy
+from rotary.testing.reference import pair_indices
+from rotary.testing.reference import rotate as rotate_ref
+from rotary.testing.reference import theta as inv_freq64
 
 
 # -- float64 references ----------------------------------------------------------------
@@ -112,7 +114,7 @@ def test_matches_naive_formula(backend, rng, causal, chunk_size):
     )
     assert out.dtype == q.dtype and tuple(out.shape) == (2, 3, 11, 5)
     ref, scale = naive(qn, kn, vn, pos, causal=causal)
-    assert_close(out, ref, "float32", scale=scale, factor=16)
+    assert_close(out, ref, dtype="float32", scale=scale, ulps=16)
 
 
 @pytest.mark.parametrize(
@@ -128,20 +130,21 @@ def test_feature_maps_and_cosine(backend, rng, feature_map, similarity, layout):
     dtype = "float64" if backend.float64 else "float32"
     (q, k, v), (qn, kn, vn) = _inputs(backend, rng, dtype=dtype)
     pos = rng.integers(0, 1000, size=11)
-    kw = {"feature_map": feature_map, "similarity": similarity, "layout": layout}
+    kw = {"feature_map": feature_map, "similarity": similarity}
+    rope = rotary.RoPE(8, layout=layout)
     for causal in (False, True):
         out = rotary.linear_attention(
-            q, k, v, backend.asarray(pos, _int(backend)), causal=causal, chunk_size=4, **kw
+            q, k, v, backend.asarray(pos, _int(backend)), rope=rope, causal=causal, chunk_size=4, **kw
         )
-        ref, scale = naive(qn, kn, vn, pos, causal=causal, **kw)
-        assert_close(out, ref, dtype, scale=scale, factor=16)
+        ref, scale = naive(qn, kn, vn, pos, causal=causal, layout=layout, **kw)
+        assert_close(out, ref, dtype=dtype, scale=scale, ulps=16)
 
 
 def test_callable_feature_map_may_change_width(backend, rng):
     (q, k, v), (qn, kn, vn) = _inputs(backend, rng, shape=(1, 2, 7, 3))  # odd d, even features
 
     def phi(x):
-        xp = rotary._compat.array_namespace(x)
+        xp = array_api_compat.array_namespace(x)
         return xp.concat([xp.exp(x), xp.exp(-x)], axis=-1)
 
     pos = np.arange(7)
@@ -151,7 +154,7 @@ def test_callable_feature_map_may_change_width(backend, rng):
     ref, scale = naive(
         qn, kn, vn, pos, causal=True, feature_map=lambda x: np.concatenate([np.exp(x), np.exp(-x)], -1)
     )
-    assert_close(out, ref, "float32", scale=scale, factor=16)
+    assert_close(out, ref, dtype="float32", scale=scale, ulps=16)
     assert tuple(st_.S.shape) == (1, 2, 6, 5)
 
 
@@ -169,7 +172,7 @@ def test_non_causal_cross_attention_and_key_mask(backend, rng):
         key_mask=backend.asarray(km, "bool"),
     )
     ref, scale = naive(qn, kn, vn, qpos, k_pos=kpos, key_mask=km)
-    assert_close(out, ref, "float32", scale=scale, factor=16)
+    assert_close(out, ref, dtype="float32", scale=scale, ulps=16)
 
 
 def test_padded_keys_do_not_leak(backend, rng):
@@ -205,13 +208,13 @@ def test_token_by_token_and_pieces_equal_one_call(backend, rng, similarity):
             )
             outs.append(to_numpy(o))
             s += c
-        assert_close(np.concatenate(outs, axis=-2), ref, "float32", factor=16)
+        assert_close(np.concatenate(outs, axis=-2), ref, dtype="float32", ulps=16)
         assert state.offset == n
         assert_close(
-            state.S, to_numpy(st_whole.S), "float32", factor=16, scale=np.abs(to_numpy(st_whole.S)).max()
+            state.S, to_numpy(st_whole.S), dtype="float32", ulps=16, scale=np.abs(to_numpy(st_whole.S)).max()
         )
         assert_close(
-            state.z, to_numpy(st_whole.z), "float32", factor=16, scale=np.abs(to_numpy(st_whole.z)).max()
+            state.z, to_numpy(st_whole.z), dtype="float32", ulps=16, scale=np.abs(to_numpy(st_whole.z)).max()
         )
 
 
@@ -225,7 +228,7 @@ def test_states_of_disjoint_blocks_add(backend, rng):
     full = rotary.linear_attention_state(k, v, pos)
     total = rotary.combine(*states)
     assert total.offset == 10 and sum(states).offset == 10
-    assert_close(total.S, to_numpy(full.S), "float32", factor=16, scale=np.abs(to_numpy(full.S)).max())
+    assert_close(total.S, to_numpy(full.S), dtype="float32", ulps=16, scale=np.abs(to_numpy(full.S)).max())
     prefix = states[0].zeros_like()
     outs = []
     for (a, b), s in zip(bounds, states):
@@ -238,13 +241,13 @@ def test_states_of_disjoint_blocks_add(backend, rng):
             )
         )
         prefix = prefix + s
-    assert_close(np.concatenate(outs, axis=-2), whole, "float32", factor=16)
+    assert_close(np.concatenate(outs, axis=-2), whole, dtype="float32", ulps=16)
     # non-causal with a prefix state == non-causal over the concatenation
     nc = rotary.linear_attention(
         q[..., 7:, :], k[..., 7:, :], v[..., 7:, :], pos[7:], state=states[0] + states[1]
     )
     ref = rotary.linear_attention(q[..., 7:, :], k, v, pos[7:], k_pos=pos)
-    assert_close(nc, to_numpy(ref), "float32", factor=16)
+    assert_close(nc, to_numpy(ref), dtype="float32", ulps=16)
 
 
 # -- properties of eq. 19 --------------------------------------------------------------
@@ -255,7 +258,7 @@ def test_equal_positions_give_plain_linear_attention(backend, rng, causal):
     plain = to_numpy(rotary.linear_attention(q, k, v, None, causal=causal, chunk_size=4))
     for p in (backend.asarray(np.full(11, 12345), _int(backend)), 7):
         out = rotary.linear_attention(q, k, v, p, causal=causal, chunk_size=4)
-        assert_close(out, plain, dtype, factor=16)
+        assert_close(out, plain, dtype=dtype, ulps=16)
 
 
 def test_global_shift_invariance(backend, rng):
@@ -265,7 +268,7 @@ def test_global_shift_invariance(backend, rng):
     b = rotary.linear_attention(
         q, k, v, backend.asarray(pos + 4000, _int(backend)), causal=True, chunk_size=3
     )
-    assert_close(a, to_numpy(b).astype(np.float64), "float32", factor=16)
+    assert_close(a, to_numpy(b).astype(np.float64), dtype="float32", ulps=16)
 
 
 def test_denominator_is_not_rotated(backend, rng):
@@ -300,7 +303,7 @@ def test_cosine_is_safe_for_zero_vectors(backend, rng):
     )
     ref, scale = naive(qn, kn, vn, pos, similarity="cosine", feature_map="identity", causal=True)
     assert np.all(np.isfinite(to_numpy(out)))
-    assert_close(out, ref, "float32", scale=scale, factor=16)
+    assert_close(out, ref, dtype="float32", scale=scale, ulps=16)
 
 
 def test_denominator_guard(backend, rng):
@@ -337,7 +340,7 @@ def test_low_precision_long_sequence(backend, dtype):
     )
     ref = num / den[:, None]
     # Error scale sum_j |a_i . b_j| |v_j| / den_i, bounded above by |a_i| . sum_j |b_j||v_j| / den_i.
-    assert_close(out, ref, dtype, scale=np.maximum(1.0, absnum / den[:, None]), factor=4)
+    assert_close(out, ref, dtype=dtype, scale=np.maximum(1.0, absnum / den[:, None]), ulps=4)
 
 
 # -- autodiff and compilation ----------------------------------------------------------
@@ -415,7 +418,7 @@ def test_jax_jit_traces_positions_and_state(rng):
         pos = jnp.arange(10) + off
         out, st1 = f(q, k, v, pos, st0)
         eager = rotary.linear_attention(q, k, v, pos, causal=True, chunk_size=3, state=st0)
-        assert_close(out, np.asarray(eager, dtype=np.float64), "float32", factor=16)
+        assert_close(out, np.asarray(eager, dtype=np.float64), dtype="float32", ulps=16)
         assert int(st1.offset) == 12
     assert len(traces) == 1
 
@@ -446,11 +449,14 @@ def test_errors_name_the_argument(backend, rng):
         la(q, k, v[:, :5, :], pos)
     with pytest.raises(ValueError, match="same feature dim"):
         la(q[..., :6], k, v, pos)
-    with pytest.raises(ValueError, match="even feature dim"):
+    with pytest.raises(ValueError, match="even"):
         la(q[..., :7], k[..., :7], v, pos)
     la(q[..., :7], k[..., :7], v, None)  # odd dims are fine without RoPE
-    for bad in (0, -3, 2.5, True):
+    for bad in (0, -3):
         with pytest.raises(ValueError, match="chunk_size"):
+            la(q, k, v, pos, causal=True, chunk_size=bad)
+    for bad in (2.5, True):
+        with pytest.raises(TypeError, match="chunk_size"):
             la(q, k, v, pos, causal=True, chunk_size=bad)
     with pytest.raises(ValueError, match="eps"):
         la(q, k, v, pos, eps=0.0)
@@ -476,7 +482,7 @@ def test_errors_name_the_argument(backend, rng):
     with pytest.raises(ValueError, match="do not broadcast"):
         la(q, k, backend.asarray(rng.normal(size=(3, 6, 3)), "float32"), pos)
     with pytest.raises(ValueError, match="depends on the sequence length"):
-        la(q, k, v, pos, scaling=_LengthDependent())
+        la(q, k, v, pos, rope=rotary.RoPE(8, scaling=_LengthDependent()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -529,7 +535,7 @@ def test_attention_matches_reference(backend, rng, causal, block_size):
         )
         assert out.dtype == q.dtype and tuple(out.shape) == (2, 2, 5, 3)
         ref = softmax_ref(qn, kn, vn, qpos, kpos, causal=causal, mask=mask)
-        assert_close(out, ref, dtype, factor=32)
+        assert_close(out, ref, dtype=dtype, ulps=32)
     if mask is not None:
         np.testing.assert_array_equal(
             to_numpy(rotary.attention(q, k, v, None, mask=backend.asarray(bm, "bool")))[0, :, 1], 0.0
@@ -544,7 +550,7 @@ def test_attention_low_precision_and_large_logits(backend, rng, dtype):
     pos = np.arange(6)
     out = rotary.attention(q, k, v, backend.asarray(pos, "int32"), causal=True, scale=30.0)  # logits ~ 1e2
     assert out.dtype == q.dtype
-    assert_close(out, softmax_ref(qn, kn, vn, pos, None, causal=True, scale=30.0), dtype, factor=4)
+    assert_close(out, softmax_ref(qn, kn, vn, pos, None, causal=True, scale=30.0), dtype=dtype, ulps=4)
 
 
 def test_attention_errors(backend, rng):
@@ -583,4 +589,4 @@ def test_state_additivity_property(cuts, chunk, start):
     np.testing.assert_allclose(total.z, whole.z, rtol=1e-12)
     out = rotary.linear_attention(q, k, v, pos, causal=True, chunk_size=chunk)
     ref, scale = naive(q, k, v, pos, causal=True, rot=_rot64)
-    assert_close(out, ref, "float64", scale=scale, factor=64)
+    assert_close(out, ref, dtype="float64", scale=scale, ulps=64)

@@ -8,38 +8,31 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import pair_indices, rotate_ref
 
 import rotary
-from rotary._compat import to_numpy
 from rotary.multiaxis import mrope_rows
+from rotary.testing import assert_close, reference, to_numpy
+from rotary.testing.reference import rotate as rotate_ref
 
 
-def pair_rotate_ref(x: np.ndarray, theta: np.ndarray, layout: str) -> np.ndarray:
-    """Rotate pair i of ``x`` (float64) by ``theta[..., i]`` (longdouble); the rest passes through."""
-    x = np.asarray(x, dtype=np.float64)
-    c = np.cos(theta).astype(np.float64)
-    s = np.sin(theta).astype(np.float64)
-    out = x.copy()
-    for i, (a, b) in enumerate(pair_indices(2 * theta.shape[-1], layout)):
-        out[..., a] = x[..., a] * c[..., i] - x[..., b] * s[..., i]
-        out[..., b] = x[..., b] * c[..., i] + x[..., a] * s[..., i]
-    return out
+def pair_rotate_ref(x: np.ndarray, angles: tuple[np.ndarray, np.ndarray], layout: str) -> np.ndarray:
+    """Rotate pair i of ``x`` by ``pos_i * theta_i`` (``angles = (per-pair positions, thetas)``),
+    with the float64 oracle; the rest passes through."""
+    return reference.rotate_pairs(x, angles[0], angles[1], layout=layout)
 
 
 def freqs64(dim: int, base: float = 10000.0) -> np.ndarray:
-    """theta_j = base**(-2j/dim) in float64 (the definition), widened so angles are formed beyond float64."""
-    return (1.0 / base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)).astype(np.longdouble)
+    """theta_j = base**(-2j/dim) in float64 (the definition)."""
+    return reference.theta(dim, base)
 
 
-def axial_theta(pos: np.ndarray, split, base=10000.0) -> np.ndarray:
-    """Angles (..., sum(split)/2): axis a's block uses pos[..., a] and a 1-D RoPE of dim split[a]."""
-    pos = np.asarray(pos, dtype=np.longdouble)
-    blocks = [pos[..., a, None] * freqs64(v, base) for a, v in enumerate(split)]
-    return np.concatenate(blocks, axis=-1)
+def axial_theta(pos: np.ndarray, split, base=10000.0) -> tuple[np.ndarray, np.ndarray]:
+    """(per-pair positions, thetas): axis a's block uses pos[..., a] and a 1-D RoPE of dim split[a]."""
+    pos = np.asarray(pos)
+    pp = np.concatenate([np.repeat(pos[..., a, None], v // 2, axis=-1) for a, v in enumerate(split)], axis=-1)
+    return pp, np.concatenate([freqs64(v, base) for v in split])
 
 
 def hf_rows(sections, interleaved: bool) -> np.ndarray:
@@ -53,16 +46,15 @@ def hf_rows(sections, interleaved: bool) -> np.ndarray:
     return rows
 
 
-def mrope_theta(pos: np.ndarray, sections, interleaved: bool, dim: int, base=10000.0) -> np.ndarray:
-    """pos (3, ...) -> angles (..., dim/2)."""
-    pos = np.asarray(pos, dtype=np.longdouble)
-    w = freqs64(dim, base)
+def mrope_theta(pos: np.ndarray, sections, interleaved: bool, dim: int, base=10000.0):
+    """pos (3, ...) -> (per-pair positions (..., dim/2), thetas)."""
+    pos = np.asarray(pos)
     rows = hf_rows(sections, interleaved)
-    return np.stack([pos[rows[i]] * w[i] for i in range(len(w))], axis=-1)
+    return np.stack([pos[rows[i]] for i in range(dim // 2)], axis=-1), freqs64(dim, base)
 
 
 def _int_dtype(backend):
-    return "int64" if backend.float64 else "int32"
+    return backend.int_dtype()
 
 
 # -- axial ----------------------------------------------------------------------------
@@ -84,7 +76,7 @@ def test_axial_matches_reference(backend, rng, layout, head_dim, n_axes, split, 
         x_in = to_numpy(xb).astype(np.float64)
         ref = x_in.copy()
         ref[..., :r] = pair_rotate_ref(x_in[..., :r], axial_theta(pos[None], rope.split), layout)
-        assert_close(out, ref, dtype)
+        assert_close(out, ref, dtype=dtype)
 
 
 def test_axial_scores_depend_on_coordinate_differences_only(backend, rng):
@@ -100,11 +92,11 @@ def test_axial_scores_depend_on_coordinate_differences_only(backend, rng):
         qr, kr = rope.apply(
             q, k, backend.asarray(pq + shift, "int32"), k_pos=backend.asarray(pk + shift, "int32")
         )
-        return to_numpy(qr @ xp.permute_dims(kr, (0, 2, 1))).astype(np.float64)
+        return to_numpy(qr @ xp.permute_dims(kr, (0, 2, 1)))
 
     base = scores([0, 0])
     for shift in ([7, 0], [0, 1000], [3000, -400]):
-        assert_close(scores(shift), base, "float32", factor=64, scale=np.abs(base).max())
+        assert_close(scores(shift), base, dtype="float32", ulps=64, scale=np.abs(base).max())
     # changing one axis' difference changes the scores: the test has teeth
     moved = rope.apply(
         q, k, backend.asarray(pq + np.array([5, 0]), "int32"), k_pos=backend.asarray(pk, "int32")
@@ -135,7 +127,7 @@ def test_axial_matches_hf_qwen2_vl_vision_rope(rng):
     torch.testing.assert_close(q16, hq16, rtol=0, atol=0)
     exact, _ = rotary.AxialRoPE(16, 2).apply(x, x, pp[:, None, :])
     ref = pair_rotate_ref(x.numpy().astype(np.float64), axial_theta(pp.numpy()[:, None, :], (8, 8)), "half")
-    assert_close(exact, ref, "float32")
+    assert_close(exact, ref, dtype="float32")
 
 
 def test_axial_matches_lucidrains_axial_freqs(rng):
@@ -148,8 +140,8 @@ def test_axial_matches_lucidrains_axial_freqs(rng):
     pos = np.stack([rows, cols], axis=-1)
     ours = rotary.AxialRoPE(16, 2, layout="interleaved").rotate(x, torch.from_numpy(pos))
     ref = pair_rotate_ref(x.numpy().astype(np.float64), axial_theta(pos, (8, 8)), "interleaved")
-    assert_close(ours, ref, "float32")
-    assert_close(theirs, ref, "float32", factor=64)  # their float32 angles: same layout, looser
+    assert_close(ours, ref, dtype="float32")
+    assert_close(theirs, ref, dtype="float32", ulps=64)  # their float32 angles: same layout, looser
 
 
 # -- M-RoPE ---------------------------------------------------------------------------
@@ -166,8 +158,8 @@ def test_mrope_matches_reference(backend, rng, interleaved, layout):
         q, k = rope.apply(qb, kb, backend.asarray(pos, _int_dtype(backend)))
         assert q.dtype == qb.dtype and k.dtype == kb.dtype
         theta = mrope_theta(pos, sections, interleaved, 16)
-        assert_close(q, pair_rotate_ref(to_numpy(qb).astype(np.float64), theta, layout), dtype)
-        assert_close(k, pair_rotate_ref(to_numpy(kb).astype(np.float64), theta, layout), dtype)
+        assert_close(q, pair_rotate_ref(to_numpy(qb).astype(np.float64), theta, layout), dtype=dtype)
+        assert_close(k, pair_rotate_ref(to_numpy(kb).astype(np.float64), theta, layout), dtype=dtype)
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
@@ -223,7 +215,7 @@ def test_mrope_matches_hf(rng, model):
     ref = pair_rotate_ref(
         q.numpy().astype(np.float64), mrope_theta(pos.numpy(), sections, interleaved, 16), "half"
     )
-    assert_close(eq, ref, "float32")  # exact angles: closer to float64 than HF's float32 recipe
+    assert_close(eq, ref, dtype="float32")  # exact angles: closer to float64 than HF's float32 recipe
 
 
 @settings(max_examples=30, deadline=None)
@@ -255,9 +247,13 @@ def test_proportional_matches_reference(backend, rng, layout, rotary_dim):
         )
         assert out.dtype == xb.dtype
         x_in = to_numpy(xb).astype(np.float64)
-        assert_close(out, rotate_ref(x_in, pos, layout=layout, inv=w.astype(np.float64)), dtype)
+        assert_close(out, rotate_ref(x_in, pos, layout=layout, th=w.astype(np.float64)), dtype=dtype)
         # the non-rotated features are passed through exactly
-        keep = [j for j in range(head_dim) if all(j not in ab for ab in pair_indices(rotary_dim, layout))]
+        keep = [
+            j
+            for j in range(head_dim)
+            if all(j not in ab for ab in reference.pair_indices(rotary_dim, layout))
+        ]
         if layout == "half":
             keep = [j for j in range(head_dim) if j % (head_dim // 2) >= rotary_dim // 2]
         np.testing.assert_array_equal(to_numpy(out)[..., keep], to_numpy(xb)[..., keep])
@@ -331,7 +327,7 @@ def test_jax_jit(rng):
         got = f(jnp.asarray(x), jnp.asarray(apos), jnp.asarray(mpos), jnp.asarray(ppos))
         if off == 0:
             for g, e in zip(got, expected):
-                assert_close(g, e.astype(np.float64), "float32")
+                assert_close(g, e.astype(np.float64), dtype="float32")
     assert len(traces) == 1
 
 
@@ -365,7 +361,7 @@ def test_errors_name_the_argument(rng):
         rotary.AxialRoPE(16, 2, split=(6, 8))
     with pytest.raises(ValueError, match="split must have 2 entries"):
         rotary.AxialRoPE(16, 2, split=(16,))
-    with pytest.raises(ValueError, match="n_axes must be a positive integer"):
+    with pytest.raises(ValueError, match="n_axes must be an integer >= 1"):
         rotary.AxialRoPE(16, 0)
     with pytest.raises(ValueError, match=r"pos must have shape \(\.\.\., 2\)"):
         rotary.AxialRoPE(16).rotate(x, np.zeros((4, 3), dtype=int))

@@ -111,7 +111,7 @@ class DaskBackend(Backend):
     def causal_scan(
         self,
         chunks: _linear.Chunk,
-        init: _linear.State,
+        init: _linear.State | None,
         *,
         size: int,
         eps: float,
@@ -128,7 +128,7 @@ class DaskBackend(Backend):
             a, c, b, e, v = (_align(t, ref, i) for t in (a, c, b, e, v))
         b, e, v = (_align(t, a, nl) for t in (b, e, v))  # keys' blocks = queries' blocks
         f, dv = b.shape[-1], v.shape[-1]
-        sdt = init.S.dtype
+        sdt = a.dtype
         kv = _index(nl)
         packed = da.blockwise(
             _block_state,
@@ -151,9 +151,11 @@ class DaskBackend(Backend):
         incl = da.cumsum(packed, axis=nl, method=self._scan)
         first = da.zeros_like(packed[(*sel, slice(0, 1))])
         excl = da.concatenate([first, incl[(*sel, slice(0, nb - 1))]], axis=nl) if nb > 1 else first
-        start = da.concatenate([da.asarray(init.S), da.asarray(init.z)[..., None]], axis=-1).astype(sdt)
-        start = start[(None,) * (nl + 2 - start.ndim)]
-        excl = excl + da.expand_dims(start, nl)
+        if init is None:
+            init = _linear.State(da.zeros((f, dv), dtype=sdt), da.zeros((f,), dtype=sdt))
+        S0, z0 = (_single_chunks(t, nd - 2 + r) for t, r in ((init.S, 2), (init.z, 1)))
+        for i in range(nl):
+            S0, z0 = _align(S0, a, i), _align(z0, a, i)
         out = da.blockwise(
             functools.partial(_block_causal, size=size, eps=eps, dv=dv, out_dtype=out_dtype),
             (*_index(nl), "s", "y"),
@@ -169,13 +171,23 @@ class DaskBackend(Backend):
             (*_index(nl), "s", "y"),
             excl,
             (*kv, "s", "f", "g"),
+            S0,
+            (*kv, "f", "y"),
+            z0,
+            (*kv, "f"),
             align_arrays=False,
             concatenate=True,
             dtype=out_dtype,
             meta=np.empty((0,) * nd, dtype=out_dtype),
         )
-        total = start + incl[(*sel, nb - 1)]
-        return out, _linear.State(total[..., :dv], total[..., dv])
+        last = incl[(*sel, nb - 1)]
+        return out, _linear.State(S0 + last[..., :dv], z0 + last[..., dv])
+
+
+def _single_chunks(t: Any, nd: int) -> Array:
+    """A state array as Dask with ``nd`` axes and one chunk along its feature axes."""
+    t = da.asarray(t)
+    return t[(None,) * (nd - t.ndim)]
 
 
 def _rotate_block(xb: Array, pb: Array, kernel: Callable[[Array, Array], Array]) -> Array:
@@ -204,6 +216,8 @@ def _block_causal(
     e: Array,
     v: Array,
     prefix: Array,
+    S0: Array,
+    z0: Array,
     *,
     size: int,
     eps: float,
@@ -214,7 +228,7 @@ def _block_causal(
 
     xp = array_namespace(a)
     p = prefix[..., 0, :, :]
-    init = _linear.State(p[..., :dv], p[..., dv])
+    init = _linear.State(S0 + p[..., :dv], z0 + p[..., dv])
     be = backend_for(xp)
     out, _ = be.causal_scan(
         _linear.Chunk(a, c, b, e, v),

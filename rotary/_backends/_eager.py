@@ -29,7 +29,6 @@ class Ops(NamedTuple):
     sub: Callable[..., Array]
     add: Callable[..., Array]
     take_into: Callable[[Array, Array, Array], None]  # out[:] = table[idx] (rows)
-    negate_rows: Callable[[Array, Array], None]  # t[mask] = -t[mask], in place
     broadcast_to: Callable[[Array, tuple[int, ...]], Array]
 
 
@@ -94,13 +93,12 @@ def rotate(x: Array, c: Array, s: Array, layout: Layout, rotary_dim: int, ops: O
 
 
 # -- the exact angles' gathers -------------------------------------------------------------------
-def exact_int(p: Array, tables: Array, levels: int, nonneg: bool, ops: Ops) -> tuple[Array, Array]:
-    """cos and sin, each ``(P, n)``, of 1-D integer positions ``p`` (already widened): the
-    generic :func:`rotary._math._angles.exact_cos_sin` block by block into two outputs."""
-    if not nonneg:
-        levels = tables.shape[0]
+def exact_int(mag: Array, tables: Array, levels: int, ops: Ops) -> tuple[Array, Array]:
+    """cos and sin, each ``(P, n)``, of the non-negative integers ``mag`` (1-D): the digit
+    gathers and angle-addition products of :func:`rotary._math._angles.exact_cos_sin`,
+    block by block into two outputs."""
     n = tables.shape[-1]
-    count = p.shape[0]
+    count = mag.shape[0]
     c_out, s_out = ops.empty((count, n)), ops.empty((count, n))
     if count == 0:
         return c_out, s_out
@@ -111,7 +109,7 @@ def exact_int(p: Array, tables: Array, levels: int, nonneg: bool, ops: Ops) -> t
     for i in range(0, count, step):
         j = min(i + step, count)
         m = j - i
-        rest = p[i:j]
+        rest = mag[i:j]
         ac, as_, bc, bs, nc, ns, t = (b[:m] for b in bufs)
         if levels == 1:
             ops.take_into(split[0][0], rest, c_out[i:j])
@@ -123,19 +121,9 @@ def exact_int(p: Array, tables: Array, levels: int, nonneg: bool, ops: Ops) -> t
         for level in range(1, levels):
             rest = rest >> DIGIT_BITS
             last = level == levels - 1
-            if not last:
-                idx = rest & mask
-                ops.take_into(split[level][0], idx, bc)
-                ops.take_into(split[level][1], idx, bs)
-            elif nonneg:
-                ops.take_into(split[level][0], rest, bc)
-                ops.take_into(split[level][1], rest, bs)
-            else:
-                negative = rest < 0
-                top = abs(rest)
-                ops.take_into(split[level][0], top, bc)
-                ops.take_into(split[level][1], top, bs)
-                ops.negate_rows(bs, negative)
+            idx = rest if last else rest & mask
+            ops.take_into(split[level][0], idx, bc)
+            ops.take_into(split[level][1], idx, bs)
             dc, ds = (c_out[i:j], s_out[i:j]) if last else (nc, ns)
             ops.mul(ac, bc, out=dc)
             ops.mul(as_, bs, out=t)

@@ -90,6 +90,11 @@ class Backend:
         """``x`` may be cached (not a tracer, fake or functional tensor)."""
         return True
 
+    def tracing(self) -> bool:
+        """A trace (``jax.jit``, ``torch.compile``) is being recorded: nothing may be built
+        for the cache from traced operations."""
+        return False
+
     def host_values(self, x: Array) -> np.ndarray:
         """A host NumPy view or copy of concrete ``x``."""
         return to_numpy(x)
@@ -184,9 +189,9 @@ class Backend:
         """Exact cos/sin; concrete non-negative integer positions take the per-position table
         or skip the digit levels and the sign they do not need (same bits)."""
         levels, nonneg = _angles.LEVELS, False
-        if rng is not None and rng[0] >= 0:
+        if rng is not None and rng[0] >= 0 and fast_paths_enabled():
             hi = rng[1]
-            if hi < POSITION_TABLE_MAX and fast_paths_enabled() and self.is_real(tables):
+            if hi < POSITION_TABLE_MAX and not self.tracing() and self.is_real(tables):
                 return self._table_lookup(pos, tables, w, dtype, hi, table_key)
             levels, nonneg = _angles.levels_for_range(hi), True
         return self._exact(pos, tables, w, dtype, levels, nonneg, table_key)
@@ -196,7 +201,15 @@ class Backend:
     ) -> tuple[Array, Array]:
         """The generic exact method (``key`` identifies ``tables`` for a fast path's own caching)."""
         return _angles.exact_cos_sin(
-            pos, tables, w, xp=self.xp, dtype=dtype, levels=levels, nonneg=nonneg, take=self._take_rows
+            pos,
+            tables,
+            w,
+            xp=self.xp,
+            dtype=dtype,
+            levels=levels,
+            nonneg=nonneg,
+            wide_int=self.has_int64(self.creation_device(pos)),
+            take=self._take_rows,
         )
 
     def _table_lookup(
@@ -229,7 +242,7 @@ class Backend:
     def causal_scan(
         self,
         chunks: _linear.Chunk,
-        init: _linear.State,
+        init: _linear.State | None,
         *,
         size: int,
         eps: float,
@@ -237,11 +250,16 @@ class Backend:
         out_dtype: DType,
     ) -> tuple[Array, _linear.State]:
         """Causal linear attention over the sequence axis (-2) of ``chunks``, ``size`` tokens
-        at a time, from the state ``init``: a Python loop carrying the exclusive prefix sum of
-        the chunk states (working memory of one chunk)."""
+        at a time, from the state ``init`` (``None``: no earlier keys); returns the outputs and
+        the final state.  Here a Python loop carrying the exclusive prefix sum of the chunk
+        states (working memory of one chunk)."""
         xp = self.xp
         n = chunks.a.shape[-2]
         carry = init
+        if n == 0:
+            return xp.zeros(
+                (*chunks.a.shape[:-1], chunks.v.shape[-1]), dtype=out_dtype, device=device
+            ), _linear.add(init, _linear.chunk_state(chunks, xp))
         outs: list[Array] = []
         out = None
         for start in range(0, n, size):
@@ -259,6 +277,7 @@ class Backend:
             out[..., start:stop, :] = o
         if out is None:
             out = outs[0] if len(outs) == 1 else xp.concat(outs, axis=-2)
+        assert carry is not None
         return out, carry
 
     def jit(self, fn: Callable[..., Any], static_argnums: tuple[int, ...]) -> Callable[..., Any]:

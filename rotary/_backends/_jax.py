@@ -26,6 +26,16 @@ def _tracer(x: Any) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
+def _tracing() -> bool:
+    """Inside ``jax.jit`` (or another JAX trace), where even ops on concrete arrays are traced."""
+    try:
+        from jax._src import core
+
+        return not core.trace_state_clean()
+    except Exception:  # private API moved: probe with an operation
+        return _tracer(jnp.zeros(()) + 0)
+
+
 class JaxBackend(Backend):
     writable = False
 
@@ -51,8 +61,11 @@ class JaxBackend(Backend):
         if len(named) > 1:
             check_same_device([(n, sorted(str(d) for d in ds)) for n, ds in named])
 
+    def tracing(self) -> bool:
+        return _tracing()
+
     def is_concrete(self, x: Array) -> bool:
-        if _tracer(x):
+        if _tracer(x) or _tracing():
             return False
         try:
             return all(d.platform == "cpu" for d in x.devices())
@@ -82,37 +95,43 @@ class JaxBackend(Backend):
     def causal_scan(
         self,
         chunks: _linear.Chunk,
-        init: _linear.State,
+        init: _linear.State | None,
         *,
         size: int,
         eps: float,
         device: Device,
         out_dtype: DType,
     ) -> tuple[Array, _linear.State]:
-        """``lax.scan`` over the chunks: one traced chunk body, working memory of one chunk."""
+        """``lax.scan`` over the chunks: one traced chunk body, working memory of one chunk.
+
+        The first chunk runs before the scan, so the carried state takes its sharding from the
+        data (a replicated initial state would not match a sharded one under ``jit``).
+        """
         n = chunks.a.shape[-2]
-        if n <= size:
+        if n <= 2 * size:
             return super().causal_scan(chunks, init, size=size, eps=eps, device=device, out_dtype=out_dtype)
-        pad = (-n) % size
-        m = (n + pad) // size
+        first = _linear.Chunk(*(t[..., :size, :] for t in chunks))
+        o0 = _linear.chunk_output(first, init, eps, jnp, device).astype(out_dtype)
+        carry = _linear.add(init, _linear.chunk_state(first, jnp))
+        rest = n - size
+        pad = (-rest) % size
+        m = (rest + pad) // size
         xs = []
         for t in chunks:
-            t = _pad_seq(t, pad, jnp)
+            t = _pad_seq(t[..., size:, :], pad, jnp)
             t = jnp.reshape(t, (*t.shape[:-2], m, size, t.shape[-1]))
             xs.append(jnp.moveaxis(t, -3, 0))
-        lead = jnp.broadcast_shapes(*(t.shape[1:-2] for t in xs[2:]))  # the keys' and values'
 
         def body(carry: _linear.State, x: tuple[Array, ...]) -> tuple[_linear.State, Array]:
             ch = _linear.Chunk(*x)
             out = _linear.chunk_output(ch, carry, eps, jnp, device)
             return _linear.add(carry, _linear.chunk_state(ch, jnp)), out.astype(out_dtype)
 
-        S = jnp.broadcast_to(init.S, (*lead, *init.S.shape[-2:]))
-        z = jnp.broadcast_to(init.z, (*lead, init.z.shape[-1]))
-        final, outs = jax.lax.scan(body, _linear.State(S, z), tuple(xs))
+        final, outs = jax.lax.scan(body, carry, tuple(xs))
         outs = jnp.moveaxis(outs, 0, -3)
-        outs = jnp.reshape(outs, (*outs.shape[:-3], m * size, outs.shape[-1]))[..., :n, :]
-        return outs, final
+        outs = jnp.reshape(outs, (*outs.shape[:-3], m * size, outs.shape[-1]))[..., :rest, :]
+        o0 = jnp.broadcast_to(o0, (*outs.shape[:-2], *o0.shape[-2:]))
+        return jnp.concatenate([o0, outs], axis=-2), final
 
     def jit(self, fn: Callable[..., Any], static_argnums: tuple[int, ...]) -> Callable[..., Any]:
         def make() -> tuple[Callable[..., Any], int, bool]:

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._lib._cache import fast_paths_enabled
 from .._lib._typing import Array, DType, Layout
-from .._math._angles import widen_positions
+from .._math._angles import LEVELS, magnitude
 from . import _eager
 from ._generic import Backend
 
@@ -25,9 +25,6 @@ def _ops(dtype: DType) -> _eager.Ops:
     def take_into(table: Array, idx: Array, out: Array) -> None:
         np.take(table, idx, axis=0, out=out)
 
-    def negate_rows(t: Array, mask: Array) -> None:
-        np.negative(t, out=t, where=mask[:, None])
-
     return _eager.Ops(
         empty=lambda shape: np.empty(shape, dtype=dtype),
         empty_like=np.empty_like,
@@ -35,7 +32,6 @@ def _ops(dtype: DType) -> _eager.Ops:
         sub=np.subtract,
         add=np.add,
         take_into=take_into,
-        negate_rows=negate_rows,
         broadcast_to=np.broadcast_to,
     )
 
@@ -62,8 +58,10 @@ class NumpyBackend(Backend):
     ) -> tuple[Array, Array]:
         if not (fast_paths_enabled() and _plain(pos, tables)) or pos.dtype.kind not in "iu":
             return super()._exact(pos, tables, w, dtype, levels, nonneg, key)
-        flat = widen_positions(pos.reshape(-1), self.xp)
-        c, s = _eager.exact_int(flat, tables, levels, nonneg, _ops(tables.dtype))
+        mag, negative = magnitude(pos.reshape(-1), xp=self.xp, wide_int=True)
+        c, s = _eager.exact_int(mag, tables, levels if nonneg else LEVELS, _ops(tables.dtype))
+        if not nonneg and negative is not None:
+            s = s * (1.0 - 2.0 * negative.astype(s.dtype))[:, None]  # as the generic code
         n = tables.shape[-1]
         return c.reshape((*pos.shape, n)), s.reshape((*pos.shape, n))
 

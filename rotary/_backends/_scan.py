@@ -29,7 +29,7 @@ def _dev(x: Array) -> Device:
 
 def batched_causal_scan(
     chunks: _linear.Chunk,
-    init: _linear.State,
+    init: _linear.State | None,
     *,
     size: int,
     eps: float,
@@ -48,15 +48,17 @@ def batched_causal_scan(
     st = _linear.chunk_state(ch, xp)  # (..., m, F, dv), (..., m, F)
     S_incl = xp.cumulative_sum(st.S, axis=-3)
     z_incl = xp.cumulative_sum(st.z, axis=-2)
-    S0 = xp.expand_dims(init.S, axis=-3)
-    z0 = xp.expand_dims(init.z, axis=-2)
     prefix = _linear.State(
-        xp.concat([S0, S0 + S_incl[..., :-1, :, :]], axis=-3),
-        xp.concat([z0, z0 + z_incl[..., :-1, :]], axis=-2),
+        xp.concat([xp.zeros_like(S_incl[..., :1, :, :]), S_incl[..., :-1, :, :]], axis=-3),
+        xp.concat([xp.zeros_like(z_incl[..., :1, :]), z_incl[..., :-1, :]], axis=-2),
     )
+    if init is not None:
+        prefix = _linear.State(
+            prefix.S + xp.expand_dims(init.S, axis=-3), prefix.z + xp.expand_dims(init.z, axis=-2)
+        )
     out = _linear.chunk_output(ch, prefix, eps, xp, device)  # (..., m, C, dv)
     out = xp.reshape(out, (*out.shape[:-3], m * size, out.shape[-1]))[..., :n, :]
     if out.dtype != out_dtype:
         out = xp.astype(out, out_dtype)
-    final = _linear.State(init.S + S_incl[..., -1, :, :], init.z + z_incl[..., -1, :])
+    final = _linear.add(init, _linear.State(S_incl[..., -1, :, :], z_incl[..., -1, :]))
     return out, final

@@ -22,6 +22,8 @@ Causal linear attention
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import operator
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -31,7 +33,7 @@ import torch
 from .._lib._cache import fast_paths_enabled, get_or_build
 from .._lib._typing import Array, Device, DType, Layout, Namespace
 from .._math import _linear
-from .._math._angles import widen_positions
+from .._math._angles import LEVELS, magnitude
 from . import _eager
 from ._generic import Backend, ConstantBuilder
 from ._scan import batched_causal_scan
@@ -75,6 +77,48 @@ def _constant(build: ConstantBuilder, config: Hashable, kind: str, device: Any, 
     return get_or_build(key, make)
 
 
+_DATACLASS = "rotary-dataclass"
+
+
+def _plain(value: Any) -> Any:
+    """A configuration value as constants of the trace: a dataclass as its type and field
+    values (recursively), ints and floats that ``torch.compile`` made symbolic specialised
+    (a configuration is static)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return operator.index(value)
+    if isinstance(value, float):
+        return float.fromhex(value.hex())
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if dataclasses.is_dataclass(value):
+        fields = tuple(_plain(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init)
+        return (_DATACLASS, type(value), fields)
+    return value
+
+
+def _rebuild(value: Any) -> Any:
+    if isinstance(value, tuple) and len(value) == 3 and value[0] == _DATACLASS:
+        return value[1](*(_rebuild(v) for v in value[2]))
+    if isinstance(value, tuple):
+        return tuple(_rebuild(v) for v in value)
+    return value
+
+
+def _intern_config(plain: Any) -> str:
+    from .._lib._cache import intern
+
+    return intern(("config", plain), lambda: _rebuild(plain))
+
+
+@torch.compiler.assume_constant_result
+def _constant_of(build: ConstantBuilder, handle: str, kind: str, device: Any, dtype: Any) -> Any:
+    from .._lib._cache import interned
+
+    return _constant(build, interned(handle), kind, device, dtype)
+
+
 @torch.compiler.assume_constant_result
 def _call(fn: Callable[..., Any], *args: Any) -> Any:
     with _unfake(), torch.inference_mode(False):
@@ -85,9 +129,6 @@ def _ops(dtype: Any, device: Any) -> _eager.Ops:
     def take_into(table: Array, idx: Array, out: Array) -> None:
         torch.index_select(table, 0, idx, out=out)
 
-    def negate_rows(t: Array, mask: Array) -> None:
-        torch.where(mask[:, None], torch.neg(t), t, out=t)
-
     return _eager.Ops(
         empty=lambda shape: torch.empty(shape, dtype=dtype, device=device),
         empty_like=torch.empty_like,
@@ -95,7 +136,6 @@ def _ops(dtype: Any, device: Any) -> _eager.Ops:
         sub=torch.sub,
         add=torch.add,
         take_into=take_into,
-        negate_rows=negate_rows,
         broadcast_to=torch.broadcast_to,
     )
 
@@ -110,6 +150,9 @@ class TorchBackend(Backend):
 
     def is_real(self, x: Array) -> bool:
         return _real(x)
+
+    def tracing(self) -> bool:
+        return bool(torch.compiler.is_compiling())
 
     def host_values(self, x: Array) -> Any:
         return (
@@ -143,6 +186,11 @@ class TorchBackend(Backend):
     def constant(
         self, build: ConstantBuilder, config: Hashable, kind: str, device: Device, dtype: DType
     ) -> Array:
+        if torch.compiler.is_compiling():
+            # The configuration may have been created inside the trace (a RoPE built in the
+            # compiled function): pass its field values, which the trace knows, not the object.
+            handle = _call(_intern_config, _plain(config))
+            return _constant_of(build, handle, kind, device, dtype)
         return _constant(build, config, kind, device, dtype)
 
     def eager(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -174,8 +222,10 @@ class TorchBackend(Backend):
     ) -> tuple[Array, Array]:
         if pos.dtype.is_floating_point or not self._eager_ok(pos, tables):
             return super()._exact(pos, tables, w, dtype, levels, nonneg, key)
-        flat = widen_positions(pos.reshape(-1), self.xp)
-        c, s = _eager.exact_int(flat, tables, levels, nonneg, _ops(tables.dtype, tables.device))
+        mag, negative = magnitude(pos.reshape(-1), xp=self.xp, wide_int=True)
+        c, s = _eager.exact_int(mag, tables, levels if nonneg else LEVELS, _ops(tables.dtype, tables.device))
+        if not nonneg and negative is not None:
+            s = s * (1.0 - 2.0 * negative.to(s.dtype))[:, None]  # as the generic code
         n = tables.shape[-1]
         return c.reshape((*pos.shape, n)), s.reshape((*pos.shape, n))
 
@@ -187,7 +237,7 @@ class TorchBackend(Backend):
     def causal_scan(
         self,
         chunks: _linear.Chunk,
-        init: _linear.State,
+        init: _linear.State | None,
         *,
         size: int,
         eps: float,

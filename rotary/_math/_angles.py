@@ -1,17 +1,15 @@
 """cos and sin of the rotation angles ``pos * theta_i``: the exact method and the float32 recipe.
 
 ``"exact"`` (default)
-    Range reduction that is exact for integer positions.  An integer position is split
-    into base-4096 digits ``p = d0 + 4096 d1 + 4096**2 d2`` by floor division, so
-    ``d0, d1`` are in ``[0, 4096)`` and only the top digit ``d2`` carries the sign (no
-    ``abs`` of the position, which overflows at ``-2**31`` in int32).  For each digit level
-    a host table of ``cos/sin(d * 4096**level * theta)`` is built once: the step
-    ``4096**level * theta`` is reduced modulo ``2 pi`` exactly (decimal arithmetic), so
-    every table angle is below ``4097 * 2 pi`` and each entry is correct to ~1e-16 before
-    rounding to the compute dtype.  The digits' rotations are then composed with the
-    angle-addition formulas.  A floating position adds ``cos/sin(f * theta)`` of its
-    fractional part ``f``, computed directly; float64 positions are split before any
-    rounding to float32.
+    Range reduction that is exact for integer positions.  ``|p|`` is split into base-4096
+    digits ``d0 + 4096 d1 + 4096**2 d2`` (formed without overflow, also ``|-2**31|`` in
+    int32) and the sign applied to the sine at the end.  For each digit level a host table
+    of ``cos/sin(d * 4096**level * theta)`` is built once: the step ``4096**level * theta``
+    is reduced modulo ``2 pi`` exactly (decimal arithmetic), so every table angle is below
+    ``4096 * 2 pi`` and each entry is correct to ~1e-17 before rounding to the compute
+    dtype.  The digits' rotations are then composed with the angle-addition formulas.  A
+    floating position adds ``cos/sin(f * theta)`` of its fractional part ``f``, computed
+    directly; float64 positions are split before any rounding to float32.
 
     Within a few float32 ulps (< 2e-7 absolute) of the float64 truth for every integer
     ``|p| < 2**36`` on every backend, float64-less ones included; float64 results are
@@ -54,15 +52,15 @@ __all__ = [
     "float32_recipe",
     "int_digits",
     "levels_for_range",
-    "widen_positions",
+    "magnitude",
 ]
 
 #: Bits per position digit, number of digit levels, radix, rows per level table.
 DIGIT_BITS = 12
 LEVELS = 3
 RADIX = 1 << DIGIT_BITS
-#: Rows of each level's table: digits ``0 .. 4096`` (the top digit of ``-2**36 < p`` reaches 4096).
-TABLE_ROWS = RADIX + 1
+#: Rows of each level's table: digits ``0 .. 4095``.
+TABLE_ROWS = RADIX
 
 #: 2 pi to 110 significant digits, for the exact range reduction of the table steps.
 _TWO_PI = 2 * decimal.Decimal(
@@ -90,7 +88,7 @@ _SPLIT = 64
 
 
 def digit_tables(w: np.ndarray) -> np.ndarray:
-    """Host tables ``cos/sin(d * 4096**level * w)`` for digits ``d = 0 .. 4096``.
+    """Host tables ``cos/sin(d * 4096**level * w)`` for digits ``d = 0 .. 4095``.
 
     Float64, shape ``(LEVELS, 2, TABLE_ROWS, len(w))`` (axis 1: cos, sin; rows contiguous),
     read-only.  Each row ``d = 64 a + b`` is the angle sum of ``a * s64`` and ``b * s1``,
@@ -126,52 +124,39 @@ def levels_for_range(hi: int) -> int:
     return levels
 
 
-def int_digits(p: Array, *, xp: Namespace, levels: int, nonneg: bool) -> tuple[list[Array], Array | None]:
-    """Base-4096 digits of 1-D integer positions ``p`` by floor division, as table row indices.
+def magnitude(p: Array, *, xp: Namespace, wide_int: bool) -> tuple[Array, Array | None]:
+    """``(|p|, p < 0)`` for 1-D integer positions, without overflow (``None``: unsigned).
 
-    Returns ``(digits, negative)``: ``levels`` index arrays, and for signed positions a
-    boolean array marking a negative top digit (whose absolute value is the index; the
-    caller negates that level's sine), else ``None``.  ``levels < LEVELS`` or ``nonneg``
-    are hints from a caller that has checked the values (non-negative, below ``4096**levels``).
+    Small types are widened to int32, unsigned ones to int64 where the device has it
+    (``wide_int``).  int32 values become int64 there too; otherwise ``|p|`` is formed as
+    uint32, which holds ``|-2**31|`` (``abs`` in int32 does not).
     """
-    if not nonneg:
-        levels = LEVELS  # floor digits of a negative position use every level
+    info = xp.iinfo(p.dtype)
+    if info.bits < 32:
+        p = xp.astype(p, xp.int32)
+    elif info.min == 0:
+        return (xp.astype(p, xp.int64) if wide_int else p), None
+    negative = p < 0
+    if xp.iinfo(p.dtype).bits == 32:
+        if wide_int:
+            p = xp.astype(p, xp.int64)
+        else:
+            # -(p + 1) never overflows; every value cast to uint32 is non-negative.
+            low = xp.where(negative, -(p + 1), p)
+            return xp.astype(low, xp.uint32) + xp.astype(negative, xp.uint32), negative
+    return xp.abs(p), negative
+
+
+def int_digits(mag: Array, *, levels: int) -> list[Array]:
+    """Base-4096 digits of non-negative integers ``mag`` (``& 4095`` and ``>> 12``), as
+    table row indices; the top one is not masked (``mag < 4096**levels``)."""
     digits = []
-    rest = p
+    rest = mag
     for _ in range(levels - 1):
         digits.append(rest & (RADIX - 1))
         rest = rest >> DIGIT_BITS
-    negative = None
-    if not nonneg:
-        negative = rest < 0
-        rest = xp.abs(rest)  # the top digit is small: no overflow
     digits.append(rest)
-    return digits, negative
-
-
-def _float_digits(p: Array, *, xp: Namespace) -> tuple[list[Array], Array, Array]:
-    """Digits of ``floor(p)`` (floating ``p``, exact), the negative-top-digit mask and ``p - floor(p)``."""
-    whole = xp.floor(p)
-    frac = p - whole
-    digits = []
-    rest = whole
-    for _ in range(LEVELS - 1):
-        digits.append(xp.astype(xp.remainder(rest, float(RADIX)), xp.int32))
-        rest = xp.floor(rest / RADIX)
-    negative = rest < 0
-    digits.append(xp.astype(xp.abs(rest), xp.int32))
-    return digits, negative, frac
-
-
-def widen_positions(p: Array, xp: Namespace) -> Array:
-    """Integer positions in a dtype whose ``& 4095`` and shifts are exact and that take part in
-    indexing: small types to int32, unsigned to int64 where it exists."""
-    info = xp.iinfo(p.dtype)
-    if info.bits < 32:
-        return xp.astype(p, xp.int32)
-    if info.min == 0 and hasattr(xp, "int64"):
-        return xp.astype(p, xp.int64)
-    return p
+    return digits
 
 
 def exact_cos_sin(
@@ -183,13 +168,17 @@ def exact_cos_sin(
     dtype: DType,
     levels: int = LEVELS,
     nonneg: bool = False,
+    wide_int: bool = True,
     take: Callable[[Array, Array], Array] | None = None,
 ) -> tuple[Array, Array]:
     """Exact-method cos and sin of ``pos[..., None] * w``, shape ``pos.shape + (len(w),)``.
 
     ``pos``: integer or floating positions (any shape) of ``xp``.  ``tables``:
     :func:`digit_tables` as an array of ``xp`` in ``dtype`` beside ``pos``; ``w``: the
-    frequencies in ``dtype``.  ``levels``/``nonneg``: see :func:`int_digits` (integers only).
+    frequencies in ``dtype``.  ``|pos|`` is split into digits (and a fractional part), and
+    the sign applied to the sine at the end, so ``p`` and ``-p`` give exactly opposite
+    sines.  ``levels``/``nonneg`` are hints from a caller that checked integer values
+    (below ``4096**levels``, non-negative); ``wide_int``: the device has int64.
     ``take(table, idx)``: the row gather (default ``xp.take(table, idx, axis=0)``).
     """
     if take is None:
@@ -199,21 +188,32 @@ def exact_cos_sin(
 
     shape = tuple(pos.shape)
     flat = xp.reshape(pos, (-1,))
-    frac = None
+    frac = negative = None
     if is_floating(xp, flat.dtype):
         if dtype_name(flat.dtype) in ("float16", "bfloat16"):
             flat = xp.astype(flat, xp.float32)  # exact
-        digits, negative, frac = _float_digits(flat, xp=xp)
+        negative = flat < 0
+        mag = xp.abs(flat)
+        whole = xp.floor(mag)
+        frac = mag - whole
         if frac.dtype != dtype:
             frac = xp.astype(frac, dtype)
+        digits = []
+        rest = whole
+        for _ in range(LEVELS):
+            digits.append(xp.astype(xp.remainder(rest, float(RADIX)), xp.int32))
+            rest = xp.floor(rest / RADIX)
     else:
-        digits, negative = int_digits(widen_positions(flat, xp), xp=xp, levels=levels, nonneg=nonneg)
+        mag, negative = magnitude(flat, xp=xp, wide_int=wide_int)
+        if nonneg:
+            negative = None
+        else:
+            levels = LEVELS
+        digits = int_digits(mag, levels=levels)
     c = s = None
     for level, d in enumerate(digits):
         tc = take(tables[level, 0, ...], d)  # one contiguous table row per position
         ts = take(tables[level, 1, ...], d)
-        if negative is not None and level == len(digits) - 1:
-            ts = xp.where(negative[:, None], -ts, ts)
         if c is None:
             c, s = tc, ts
         else:
@@ -222,8 +222,12 @@ def exact_cos_sin(
         ang = frac[:, None] * w
         fc, fs = xp.cos(ang), xp.sin(ang)
         c, s = c * fc - s * fs, s * fc + c * fs
-    # (-1: no shape of a constant is read; under torch.compile(dynamic=True) it is not a tensor)
-    return xp.reshape(c, (*shape, -1)), xp.reshape(s, (*shape, -1))
+    if negative is not None:
+        s = s * (1.0 - 2.0 * xp.astype(negative, dtype))[:, None]
+    # (the width from c, not from w or the tables: under torch.compile(dynamic=True) a
+    # constant's shape cannot be read)
+    n = c.shape[-1]
+    return xp.reshape(c, (*shape, n)), xp.reshape(s, (*shape, n))
 
 
 def float32_recipe(pos: Array, inv32: Array, *, xp: Namespace) -> tuple[Array, Array]:

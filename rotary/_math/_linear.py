@@ -114,8 +114,9 @@ def chunk_state(ch: Chunk, xp: Namespace) -> State:
     return State(xp.matmul(xp.matrix_transpose(ch.b), ch.v), xp.sum(ch.e, axis=-2))
 
 
-def add(s: State, t: State) -> State:
-    return State(s.S + t.S, s.z + t.z)
+def add(s: State | None, t: State) -> State:
+    """``s + t`` (``None``: no keys, the identity)."""
+    return t if s is None else State(s.S + t.S, s.z + t.z)
 
 
 def _divide(num: Array, den: Array, eps: float, xp: Namespace) -> Array:
@@ -127,14 +128,17 @@ def attend(a: Array, c: Array, st: State, eps: float, xp: Namespace) -> Array:
     return _divide(xp.matmul(a, st.S), xp.sum(c * st.z[..., None, :], axis=-1), eps, xp)
 
 
-def chunk_output(ch: Chunk, prefix: State, eps: float, xp: Namespace, device: Device) -> Array:
+def chunk_output(ch: Chunk, prefix: State | None, eps: float, xp: Namespace, device: Device) -> Array:
     """Causal outputs of the queries of ``ch``: the keys of ``ch`` up to each query (masked
-    quadratic form) plus every key summarised in ``prefix``."""
+    quadratic form) plus every key summarised in ``prefix`` (``None``: no earlier keys)."""
     n = ch.a.shape[-2]
     idx = xp.arange(n, device=device)
     tri = idx[:, None] >= idx[None, :]
     scores = xp.matmul(ch.a, xp.matrix_transpose(ch.b))
     scores = xp.where(tri, scores, xp.zeros_like(scores))
-    num = xp.matmul(scores, ch.v) + xp.matmul(ch.a, prefix.S)
-    zc = xp.cumulative_sum(ch.e, axis=-2) + prefix.z[..., None, :]
+    num = xp.matmul(scores, ch.v)
+    zc = xp.cumulative_sum(ch.e, axis=-2)
+    if prefix is not None:
+        num = num + xp.matmul(ch.a, prefix.S)
+        zc = zc + prefix.z[..., None, :]
     return _divide(num, xp.sum(ch.c * zc, axis=-1), eps, xp)

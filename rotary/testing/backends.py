@@ -36,8 +36,10 @@ class Backend:
     writeable: bool = True
     #: Arrays are lazy graphs: values must never be computed while a graph is built.
     lazy: bool = False
-    #: Has float64 (and int64: the ``x64`` types).
+    #: Has float64.
     float64: bool = True
+    #: Has int64.
+    int64: bool = True
     float16: bool = True
     bfloat16: bool = False
     #: Values of its arrays can be read eagerly on the host (rotary checks positions there).
@@ -80,15 +82,15 @@ class Backend:
         ]
 
     def int_dtype(self) -> str:
-        """The widest integer dtype (int64 with x64 types, else int32)."""
-        return "int64" if self.float64 else "int32"
+        """The widest integer dtype (int64 where it exists, else int32)."""
+        return "int64" if self.int64 else "int32"
 
     def asarray(self, a: Any, dtype: str | None = None) -> Any:
         """A copy of NumPy data ``a`` as an array of this backend (on its device)."""
         a = np.asarray(a)
         if dtype is None:
             dtype = a.dtype.name
-        if dtype == "int64" and not self.float64:
+        if dtype == "int64" and not self.int64:
             dtype = "int32"  # no int64 here (JAX without x64 would truncate with a warning)
         if self.module == "numpy":
             out = np.array(a, dtype=dtype)
@@ -151,6 +153,13 @@ ALL_BACKENDS: tuple[Backend, ...] = (
     Backend("array_api_strict", **_STRICT),  # type: ignore[arg-type]
     Backend("array_api_strict_device1", **_STRICT, _device=_strict_device("device1")),  # type: ignore[arg-type]
     Backend("array_api_strict_no_float64", **_STRICT, _device=_strict_device("no_float64"), float64=False),  # type: ignore[arg-type]
+    Backend(  # like JAX without x64: neither float64 nor int64
+        "array_api_strict_no_x64",
+        **_STRICT,
+        _device=_strict_device("no_x64"),
+        float64=False,
+        int64=False,  # type: ignore[arg-type]
+    ),
     Backend("torch", "torch", _compat("torch"), bfloat16=True, tracer="torch.compile"),
     Backend(
         "torch_cuda",
@@ -187,11 +196,11 @@ def _installed(b: Backend) -> bool:
             return bool(cupy.cuda.runtime.getDeviceCount() > 0)
         except Exception:
             return False
-    if b.name == "array_api_strict_no_float64":
+    if b.name in ("array_api_strict_no_float64", "array_api_strict_no_x64"):
         import array_api_strict
 
         devices = array_api_strict.__array_namespace_info__().devices()
-        return any("no_float64" in str(d) for d in devices)
+        return any(b.name.rsplit("_no_", 1)[1] in str(d) for d in devices)
     return True
 
 
@@ -216,7 +225,7 @@ def available(names: str | None = None) -> list[Backend]:
         if not _installed(b):
             continue
         if b.module == "jax":
-            b = dataclasses.replace(b, float64=_jax_x64())
+            b = dataclasses.replace(b, float64=_jax_x64(), int64=_jax_x64())
         out.append(b)
     return out
 

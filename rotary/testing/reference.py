@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["cos_sin", "pair_indices", "rotate", "rotation_matrix", "theta"]
+__all__ = ["cos_sin", "pair_indices", "rotate", "rotate_pairs", "rotation_matrix", "theta"]
 
 _PI = decimal.Decimal("3.141592653589793238462643383279502884197169399375105820974944592")
 _CTX = decimal.Context(prec=50)
@@ -206,3 +206,33 @@ def rotate(
     flat = x.reshape(-1, d)
     out = np.einsum("nij,nj->ni", mats[inv.reshape(-1)], flat)
     return out.reshape(x.shape)
+
+
+def rotate_pairs(
+    x: np.ndarray, pos: np.ndarray | Sequence[float], th: np.ndarray, *, layout: str = "half"
+) -> np.ndarray:
+    """Rotate pair ``i`` of ``x`` by ``pos[..., i] * th[i]``, in float64 with correctly rounded
+    cos/sin: every pair may have its own position (multi-axis RoPE).
+
+    ``pos`` broadcasts against ``x.shape[:-1] + (len(th),)``; the pairs are those of a
+    ``rotary_dim = 2 * len(th)`` rotation in ``layout``, later features pass through.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rotary.testing import reference
+    >>> x = np.array([[1.0, 0.0, 1.0, 0.0]])
+    >>> reference.rotate_pairs(x, [[np.pi / 2, 0.0]], np.array([1.0, 1.0]), layout="interleaved").round(6)
+    array([[0., 1., 1., 0.]])
+    """
+    x = np.asarray(x, dtype=np.float64)
+    th = np.asarray(th, dtype=np.float64)
+    n = th.shape[0]
+    p = np.broadcast_to(np.asarray(pos, dtype=np.float64), (*x.shape[:-1], n))
+    out = x.copy()
+    for i, (a, b) in enumerate(pair_indices(2 * n, layout)):
+        c, s = cos_sin(p[..., i], th[i : i + 1])
+        c, s = c[..., 0], s[..., 0]
+        out[..., a] = x[..., a] * c - x[..., b] * s
+        out[..., b] = x[..., b] * c + x[..., a] * s
+    return out
