@@ -10,44 +10,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ._backends import Backend, backend_for
+from ._backends import backend_for
 from ._lib import _validation as chk
 from ._lib._compat import array_namespace, is_array
 from ._lib._typing import Array, RotaryEmbedding
-from ._rope import rope_of
+from ._rope import default_rope
 
-__all__ = ["attention", "default_rope"]
+__all__ = ["attention"]
 
 #: Target number of score entries per query block (per call, all heads together).
 _BLOCK_ELEMENTS = 2**24
-
-
-def default_rope(be: Backend, rope: Any, pos: Any, width: int, name: str = "rope") -> RotaryEmbedding | None:
-    """``rope`` checked against the feature ``width`` it rotates; ``RoPE(width)`` when only
-    ``pos`` is given; ``None`` when neither is."""
-    if rope is None:
-        if pos is None:
-            return None
-        # (every option spelled out: torch.compile passes literals, not defaults, as constants)
-        return rope_of(
-            be,
-            width,
-            base=10000.0,
-            layout="half",
-            rotary_dim=None,
-            scaling=None,
-            angles="exact",
-            partial="neox",
-        )
-    if not (hasattr(rope, "apply") and hasattr(rope, "rotate") and hasattr(rope, "head_dim")):
-        raise TypeError(f"{name} must be a rotary.RoPE, AxialRoPE or MRoPE, got {type(rope).__name__}")
-    if pos is None:
-        raise ValueError(f"{name}= needs positions: pass pos= (and k_pos= for keys elsewhere)")
-    if rope.head_dim != width:
-        raise ValueError(
-            f"{name}.head_dim={rope.head_dim} does not match the {width} features it would rotate"
-        )
-    return rope  # type: ignore[no-any-return]
 
 
 def attention(
@@ -110,7 +82,6 @@ def attention(
     xp = array_namespace(q, k, v, mask, names=("q", "k", "v", "mask"))
     be = backend_for(xp)
     for name, x, what in (("q", q, "(..., N, d)"), ("k", k, "(..., M, d)"), ("v", v, "(..., M, d_v)")):
-        chk.check_dense(x, name)
         chk.check_floating(x, xp, name)
         if x.ndim < 2:
             raise ValueError(f"{name} must have shape {what}, got shape {tuple(x.shape)}")
@@ -124,6 +95,7 @@ def attention(
             f"q and k must have the same feature dim (last axis), got q.shape={tuple(q.shape)} "
             f"and k.shape={tuple(k.shape)}"
         )
+    be.check_dense([("q", q), ("k", k), ("v", v)])
     chk.check_same_dtype([("q", q), ("k", k), ("v", v)])
     be.check_devices([("q", q), ("k", k), ("v", v)])
     causal = chk.check_bool(causal, "causal")

@@ -67,9 +67,14 @@ class RopeConfig:
             object.__setattr__(self, name, value)
 
     @property
+    def rotated(self) -> int:
+        """``rotary_dim`` (normalised to an int on construction)."""
+        return self.head_dim if self.rotary_dim is None else self.rotary_dim
+
+    @property
     def width(self) -> int:
         """Features handed to the rotation: proportional pairs span the whole head."""
-        return self.head_dim if self.partial == "proportional" else self.rotary_dim  # type: ignore[return-value]
+        return self.head_dim if self.partial == "proportional" else self.rotated
 
     @property
     def freq_dim(self) -> int:
@@ -89,12 +94,12 @@ class RopeConfig:
         def build() -> tuple[np.ndarray, int, bool]:
             w = np.asarray(self.scaling.inv_freq(self.freq_dim, self.base), dtype=np.float64)
             if self.partial == "proportional":
-                rot = self.rotary_dim // 2  # type: ignore[operator]
+                rot = self.rotated // 2
                 w = np.concatenate([w[:rot], np.zeros(self.head_dim // 2 - rot)])
             w.setflags(write=False)
             return w, w.nbytes, True
 
-        return get_or_build((self, "host_inv_freq"), build)  # type: ignore[no-any-return]
+        return get_or_build((self, "host_inv_freq"), build)
 
 
 def build_constant(config: RopeConfig, kind: str, xp: Namespace, device: Device, dtype: DType) -> Array:
@@ -106,11 +111,11 @@ def build_constant(config: RopeConfig, kind: str, xp: Namespace, device: Device,
     """
     if kind == "float32_inv":
         if config.partial == "proportional":
-            rot = config.rotary_dim // 2  # type: ignore[operator]
+            rot = config.rotated // 2
             w32 = config.scaling.float32_inv_freq(config.head_dim, config.base, xp=xp, device=device)[:rot]
             pad = xp.zeros((config.head_dim // 2 - rot,), dtype=w32.dtype, device=device)
             return xp.concat([w32, pad])
-        return config.scaling.float32_inv_freq(config.rotary_dim, config.base, xp=xp, device=device)
+        return config.scaling.float32_inv_freq(config.rotated, config.base, xp=xp, device=device)
     np_dtype = np.float64 if v.dtype_name(dtype) == "float64" else np.float32
     w = config.host_inv_freq()
     if kind == "inv_freq":

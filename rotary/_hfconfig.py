@@ -13,8 +13,8 @@ from typing import Any
 
 from ._config import RopeConfig
 from ._lib import _validation as v
-from ._lib._typing import AngleMethod
-from .scaling import from_dict
+from ._lib._typing import AngleMethod, PartialMode
+from .scaling import Scaling, from_dict
 
 __all__ = ["hf_rope_parameters", "load_config", "rope_config"]
 
@@ -143,7 +143,8 @@ def rope_config(config: Any, *, angles: AngleMethod = "exact", layer_type: str |
     rotary_dim = int(head_dim * p["partial_rotary_factor"])
     rotary_dim -= rotary_dim % 2
     kind = p["rope_type"]
-    partial = "neox"
+    partial: PartialMode = "neox"
+    scaling: Scaling | dict[str, Any] | None
     if kind == "proportional":
         # Gemma 4: exponent over head_dim, the first rotary_dim // 2 pairs rotate, and
         # every frequency is divided by factor (transformers: ``inv_freq /= factor``).

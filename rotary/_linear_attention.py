@@ -50,15 +50,16 @@ float32 or better even for float16/bfloat16 inputs; the output has the input dty
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ._attention import default_rope
 from ._backends import Backend, backend_for
 from ._lib import _validation as chk
 from ._lib._compat import array_namespace, is_array, library_name
 from ._lib._typing import Array, Device, DType, FeatureMapName, Namespace, RotaryEmbedding, Similarity
 from ._math import _linear
+from ._rope import default_rope
 
 __all__ = ["FEATURE_MAPS", "LinearAttentionState", "combine", "linear_attention", "linear_attention_state"]
 
@@ -89,7 +90,7 @@ class LinearAttentionState(NamedTuple):
     z: Array
     offset: Any = 0
 
-    def __add__(self, other: Any) -> LinearAttentionState:  # type: ignore[override]
+    def __add__(self, other: Any) -> LinearAttentionState:
         if not isinstance(other, LinearAttentionState):
             return NotImplemented
         _check_compatible(self, other)
@@ -170,16 +171,16 @@ def _phi(feature_map: Any, similarity: Similarity) -> tuple[Callable[[Array, Nam
                 "of either sign), so outputs blow up where the denominator is clamped to eps; use a "
                 "non-negative map ('elu+1', 'relu', 'softplus') or similarity='cosine'"
             )
-        return FEATURE_MAPS[feature_map], feature_map in _linear.NONNEGATIVE_MAPS  # type: ignore[index]
+        return FEATURE_MAPS[feature_map], feature_map in _linear.NONNEGATIVE_MAPS
     if callable(feature_map):
-        return _UserMap(feature_map), False
+        phi: Callable[[Array, Namespace], Array] = _UserMap(feature_map).__call__
+        return phi, False
     raise TypeError(f"feature_map must be a name or a callable, got {type(feature_map).__name__}")
 
 
 def _check_arrays(arrays: list[tuple[str, Any, str]], xp: Namespace) -> None:
     for name, x, what in arrays:
         chk.check_array(x, name, what)
-        chk.check_dense(x, name)
         chk.check_floating(x, xp, name)
         if x.ndim < 2:
             raise ValueError(f"{name} must have shape {what}, got shape {tuple(x.shape)}")
@@ -222,13 +223,8 @@ def _state_arrays(
                 "similarity"
             )
     if isinstance(offset, bool) or not (
-        isinstance(offset, int)
-        or (is_array(offset) and offset.ndim == 0 and xp.isdtype(offset.dtype, "integral"))
-        or (
-            type(offset).__module__ == "numpy"
-            and getattr(offset, "dtype", None) is not None
-            and offset.dtype.kind in "iu"
-        )
+        isinstance(offset, numbers.Integral)
+        or (is_array(offset) and offset.ndim == 0 and chk.is_integral(offset.dtype))
     ):
         raise TypeError(
             "state.offset must be an integer (or a 0-d integer array), "
@@ -303,7 +299,7 @@ def _prepare(
         e = b if plan.cosine else xp.where(m, e, xp.zeros_like(e))
         vc = xp.where(m, vc, xp.zeros_like(vc))
     kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v_.shape[:-2]), names="k and v")
-    return _Prepared(_linear.Chunk(a, c, b, e, vc), plan, be, dev, kv_lead)  # type: ignore[arg-type]
+    return _Prepared(_linear.Chunk(a, c, b, e, vc), plan, be, dev, kv_lead)
 
 
 def _check_nonnegative(be: Backend, arrays: list[tuple[str, Array | None]]) -> None:
@@ -337,6 +333,7 @@ def _common(
             f"and v.shape={tuple(v_.shape)}"
         )
     chk.check_same_dtype([(n, x) for n, x, _ in arrays])
+    backend_for(xp).check_dense([(n, x) for n, x, _ in arrays])
     backend_for(xp).check_devices([(n, x) for n, x, _ in arrays])
     if q is not None and q.shape[-1] != k.shape[-1]:
         raise ValueError(

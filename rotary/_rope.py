@@ -19,12 +19,12 @@ from ._config import RopeConfig, build_constant
 from ._lib import _validation as v
 from ._lib._cache import intern, interned
 from ._lib._compat import array_namespace, as_namespace, is_array, library_name
-from ._lib._typing import AngleMethod, Array, Device, DType, Layout, Namespace, PartialMode
+from ._lib._typing import AngleMethod, Array, Device, DType, Layout, Namespace, PartialMode, RotaryEmbedding
 from ._math._angles import float32_recipe
 from ._math._rotation import expand_pairs
 from .scaling import Scaling
 
-__all__ = ["RoPE", "Rotary", "rope_of"]
+__all__ = ["RoPE", "Rotary", "default_rope", "rope_of"]
 
 Range = tuple[int, int] | None
 
@@ -140,6 +140,7 @@ class Rotary:
         xp = self._namespace(x, None, pos, None)
         be = backend_for(xp)
         v.check_head_array(x, xp, "x", self.head_dim)
+        be.check_dense([("x", x)])
         dev = be.creation_device(x)
         p, rng = self._positions(be, pos, x, "pos", "x", dev)
         if be.lazy and not self._needs_all_positions():
@@ -167,6 +168,7 @@ class Rotary:
         v.check_array(k, "k")
         v.check_qk(q, k, seq_axis=None if k_pos is None else q.ndim - 2)
         v.check_head_array(k, xp, "k", self.head_dim)
+        be.check_dense([("q", q), ("k", k)])
         v.check_same_dtype([("q", q), ("k", k)])
         dev = be.creation_device(q)
         be.check_devices([("q", q), ("k", k)])
@@ -341,7 +343,7 @@ class RoPE(Rotary):
     head_dim = property(lambda self: self.config.head_dim, doc="Features per head.")
     rotary_dim = property(lambda self: self.config.rotary_dim, doc="Rotated features per head.")
     base = property(lambda self: self.config.base, doc="The RoPE base.")
-    layout = property(lambda self: self.config.layout, doc="The pair layout.")  # type: ignore[assignment]
+    layout = property(lambda self: self.config.layout, doc="The pair layout.")
     scaling = property(lambda self: self.config.scaling, doc="The context-extension scaling.")
     angles = property(lambda self: self.config.angles, doc="The angle method.")
     partial = property(lambda self: self.config.partial, doc="How rotary_dim < head_dim is read.")
@@ -356,7 +358,7 @@ class RoPE(Rotary):
         return self.config.width
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.config == self.config  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.config == self.config
 
     def __hash__(self) -> int:
         return hash(self.config)
@@ -502,4 +504,32 @@ def rope_of(
     outside the trace and its configuration can key the cached constants.
     """
     head_dim = operator.index(head_dim)  # specialises a symbolic size under torch.compile
-    return interned(be.eager(_make, head_dim, base, layout, rotary_dim, scaling, angles, partial))  # type: ignore[no-any-return]
+    return interned(be.eager(_make, head_dim, base, layout, rotary_dim, scaling, angles, partial))
+
+
+def default_rope(be: Backend, rope: Any, pos: Any, width: int, name: str = "rope") -> RotaryEmbedding | None:
+    """``rope`` checked against the feature ``width`` it rotates; ``RoPE(width)`` when only
+    ``pos`` is given; ``None`` when neither is."""
+    if rope is None:
+        if pos is None:
+            return None
+        # (every option spelled out: torch.compile passes literals, not defaults, as constants)
+        return rope_of(
+            be,
+            width,
+            base=10000.0,
+            layout="half",
+            rotary_dim=None,
+            scaling=None,
+            angles="exact",
+            partial="neox",
+        )
+    if not (hasattr(rope, "apply") and hasattr(rope, "rotate") and hasattr(rope, "head_dim")):
+        raise TypeError(f"{name} must be a rotary.RoPE, AxialRoPE or MRoPE, got {type(rope).__name__}")
+    if pos is None:
+        raise ValueError(f"{name}= needs positions: pass pos= (and k_pos= for keys elsewhere)")
+    if rope.head_dim != width:
+        raise ValueError(
+            f"{name}.head_dim={rope.head_dim} does not match the {width} features it would rotate"
+        )
+    return rope

@@ -123,9 +123,13 @@ def causal_linear_attention_dask(
     mask = kwargs.get("key_mask")
     if mask is not None and library_name(array_namespace(mask)) != "dask":
         kwargs["key_mask"] = da.asarray(mask)
+    from ._backends._dask import DaskBackend
+
     be = backend_for(array_namespace(arrays[0]))
-    with be.scan_method(scan):  # type: ignore[attr-defined]
-        return linear_attention(*arrays, pos, causal=True, return_state=return_state, **kwargs)
+    assert isinstance(be, DaskBackend)
+    qd, kd, vd = arrays
+    with be.scan_method(scan):
+        return linear_attention(qd, kd, vd, pos, causal=True, return_state=return_state, **kwargs)
 
 
 def exclusive_state_scan(state: LinearAttentionState, axis_name: str) -> LinearAttentionState:

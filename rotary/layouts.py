@@ -51,8 +51,8 @@ def layout_permutation(src: Layout, dst: Layout, head_dim: int, rotary_dim: int 
     >>> rotary.layouts.layout_permutation("half", "interleaved", 8, rotary_dim=4)
     array([0, 2, 1, 3, 4, 5, 6, 7])
     """
-    src = v.check_layout_name(src, "src")  # type: ignore[assignment]
-    dst = v.check_layout_name(dst, "dst")  # type: ignore[assignment]
+    src = v.check_layout_name(src, "src")
+    dst = v.check_layout_name(dst, "dst")
     hd, r = _dims(head_dim, rotary_dim)
     return np.asarray(permutation(src, dst, hd, r), dtype=np.int64)
 
@@ -114,9 +114,9 @@ def convert_layout(
         raise TypeError(f"x must be an array, got {type(x).__name__}")
     xp = array_namespace(x, names=("x",))
     be = backend_for(xp)
-    src = v.check_layout_name(src, "src")  # type: ignore[assignment]
-    dst = v.check_layout_name(dst, "dst")  # type: ignore[assignment]
-    v.check_dense(x, "x")
+    src = v.check_layout_name(src, "src")
+    dst = v.check_layout_name(dst, "dst")
+    be.check_dense([("x", x)])
     shape = tuple(x.shape)
     if not shape:
         raise ValueError("x must have at least one axis, got a 0-d array")

@@ -97,7 +97,7 @@ class AxialRoPE(Rotary):
     ) -> None:
         self.head_dim = v.check_head_dim(head_dim)
         self.rotary_dim = v.check_rotary_dim(rotary_dim, self.head_dim)
-        self.layout = v.check_layout_name(layout)  # type: ignore[assignment]
+        self.layout = v.check_layout_name(layout)
         self.n_axes = v.check_int(n_axes, "n_axes", minimum=1)
         npairs = self.rotary_dim // 2
         if split is None:

@@ -629,7 +629,8 @@ class LongRoPE(Scaling):
     def attention_factor(self, dim: int, base: float) -> float:
         if self.attention_factor_ is not None:
             return self.attention_factor_
-        s = float(self.factor)  # type: ignore[arg-type]
+        assert self.factor is not None  # checked on construction: factor or attention_factor
+        s = self.factor
         if s <= 1.0:
             return 1.0
         return math.sqrt(1 + math.log(s) / math.log(self.original_max_position_embeddings))

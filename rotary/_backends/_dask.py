@@ -149,8 +149,9 @@ class DaskBackend(Backend):
         nb = packed.shape[nl]
         sel = (slice(None),) * nl
         incl = da.cumsum(packed, axis=nl, method=self._scan)
-        first = da.zeros_like(packed[(*sel, slice(0, 1))])
-        excl = da.concatenate([first, incl[(*sel, slice(0, nb - 1))]], axis=nl) if nb > 1 else first
+        head, body = (*sel, slice(0, 1)), (*sel, slice(0, nb - 1))
+        first = da.zeros_like(packed[head])
+        excl = da.concatenate([first, incl[body]], axis=nl) if nb > 1 else first
         if init is None:
             init = _linear.State(da.zeros((f, dv), dtype=sdt), da.zeros((f,), dtype=sdt))
         S0, z0 = (_single_chunks(t, nd - 2 + r) for t, r in ((init.S, 2), (init.z, 1)))
@@ -180,7 +181,8 @@ class DaskBackend(Backend):
             dtype=out_dtype,
             meta=np.empty((0,) * nd, dtype=out_dtype),
         )
-        last = incl[(*sel, nb - 1)]
+        end = (*sel, nb - 1)
+        last = incl[end]
         return out, _linear.State(S0 + last[..., :dv], z0 + last[..., dv])
 
 

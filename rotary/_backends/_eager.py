@@ -56,7 +56,7 @@ def blocks(lead: tuple[int, ...], row_bytes: int) -> list[tuple[Any, ...]]:
     return [(*head, slice(i, min(i + step, lead[a]))) for head in heads for i in range(0, lead[a], step)]
 
 
-def _rotate_block(x1, x2, c, s, o1, o2, t, ops: Ops) -> None:  # type: ignore[no-untyped-def]
+def _rotate_block(x1: Array, x2: Array, c: Array, s: Array, o1: Array, o2: Array, t: Array, ops: Ops) -> None:
     ops.mul(x1, c, out=o1)
     ops.mul(x2, s, out=t)
     ops.sub(o1, t, out=o1)  # x1 * c - x2 * s

@@ -77,6 +77,9 @@ class Backend:
         xp = self.xp
         return xp.float64 if hasattr(xp, "float64") and dtype == xp.float64 else xp.float32
 
+    def check_dense(self, arrays: list[tuple[str, Array]]) -> None:
+        """The named arrays are dense (strided), not sparse."""
+
     def check_devices(self, arrays: list[tuple[str, Array]]) -> None:
         """The named arrays share one device (``ValueError`` naming them otherwise)."""
         v.check_same_device([(n, _device(a)) for n, a in arrays])

@@ -137,4 +137,4 @@ class JaxBackend(Backend):
         def make() -> tuple[Callable[..., Any], int, bool]:
             return jax.jit(fn, static_argnums=static_argnums), 1024, True
 
-        return get_or_build(("jit", fn, static_argnums), make)  # type: ignore[no-any-return]
+        return get_or_build(("jit", fn, static_argnums), make)

@@ -59,22 +59,15 @@ def _unfake() -> contextlib.AbstractContextManager[Any]:
     return unset_fake_temporarily()
 
 
-@torch.compiler.assume_constant_result
 def _constant(build: ConstantBuilder, config: Hashable, kind: str, device: Any, dtype: Any) -> Any:
-    key = (config, kind, "torch", str(device), str(dtype))
+    """The cached constant, built for real (outside fake mode and inference mode)."""
 
     def make() -> tuple[Array, int, bool]:
-        if not hasattr(config, "head_dim"):
-            raise TypeError(
-                "rotary under torch.compile: this RoPE was created inside the compiled function; "
-                "create RoPE/MRoPE/AxialRoPE objects outside it (e.g. in the module's __init__), "
-                "or call rotary.apply/rotary.rotate with the options"
-            )
         with _unfake(), torch.inference_mode(False), torch.no_grad():
             value = build(config, kind, torch_xp, device, dtype)
         return value, int(value.nbytes), _real(value)
 
-    return get_or_build(key, make)
+    return get_or_build((config, kind, "torch", str(device), str(dtype)), make)
 
 
 _DATACLASS = "rotary-dataclass"
@@ -112,17 +105,20 @@ def _intern_config(plain: Any) -> str:
     return intern(("config", plain), lambda: _rebuild(plain))
 
 
-@torch.compiler.assume_constant_result
-def _constant_of(build: ConstantBuilder, handle: str, kind: str, device: Any, dtype: Any) -> Any:
+def _constant_by_handle(build: ConstantBuilder, handle: str, kind: str, device: Any, dtype: Any) -> Any:
     from .._lib._cache import interned
 
     return _constant(build, interned(handle), kind, device, dtype)
 
 
-@torch.compiler.assume_constant_result
-def _call(fn: Callable[..., Any], *args: Any) -> Any:
+def _run(fn: Callable[..., Any], *args: Any) -> Any:
     with _unfake(), torch.inference_mode(False):
         return fn(*args)
+
+
+# Dynamo calls these for real at trace time and embeds their results as constants.
+_constant_of = torch.compiler.assume_constant_result(_constant_by_handle)
+_call = torch.compiler.assume_constant_result(_run)
 
 
 def _ops(dtype: Any, device: Any) -> _eager.Ops:
@@ -150,6 +146,13 @@ class TorchBackend(Backend):
 
     def is_real(self, x: Array) -> bool:
         return _real(x)
+
+    def check_dense(self, arrays: list[tuple[str, Array]]) -> None:
+        from .._lib._validation import not_dense
+
+        for name, a in arrays:
+            if a.layout != torch.strided:
+                raise not_dense(name, a.layout)
 
     def tracing(self) -> bool:
         return bool(torch.compiler.is_compiling())

@@ -107,7 +107,7 @@ def get_or_build(key: Hashable, build: Callable[[], tuple[V, int, bool]]) -> V:
     """
     hit = _CACHE.get(key)
     if hit is not None:
-        return hit  # type: ignore[no-any-return]
+        return hit
     value, nbytes, storable = build()
     if storable:
         _CACHE.put(key, value, nbytes)

@@ -104,7 +104,7 @@ def as_namespace(xp: Any) -> Namespace:
         return importlib.import_module(f"array_api_compat.{name}")
     if not hasattr(xp, "asarray") or not hasattr(xp, "__array_namespace_info__"):
         raise TypeError(f"xp must be an array-API namespace, got module {name!r}")
-    return xp  # type: ignore[no-any-return]
+    return xp
 
 
 def device(x: Array) -> Device:

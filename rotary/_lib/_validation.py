@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 from ._compat import is_array
-from ._typing import Array, Namespace
+from ._typing import Array, Layout, Namespace
 
 T = TypeVar("T")
 
@@ -165,6 +165,11 @@ def is_floating(xp: Namespace, dtype: Any) -> bool:
     return dtype_name(dtype) == "bfloat16"
 
 
+def is_integral(dtype: Any) -> bool:
+    """Integer dtypes of any library (by name, so an array of another library works too)."""
+    return dtype_name(dtype).startswith(("int", "uint"))
+
+
 def check_array(x: Any, name: str, what: str = "(..., head_dim)") -> None:
     if not is_array(x):
         raise TypeError(f"{name} must be an array of shape {what}, got {type(x).__name__}")
@@ -180,12 +185,8 @@ def check_floating(x: Array, xp: Namespace, name: str) -> None:
         )
 
 
-def check_dense(x: Array, name: str) -> None:
-    layout = getattr(x, "layout", None)
-    if layout is not None and "strided" not in str(layout) and "torch" in type(x).__module__:
-        raise TypeError(
-            f"{name} must be a dense (strided) tensor, got layout {layout}; call .to_dense() first"
-        )
+def not_dense(name: str, layout: Any) -> TypeError:
+    return TypeError(f"{name} must be a dense (strided) array, got layout {layout}; call .to_dense() first")
 
 
 def check_known_dim(n: Any, name: str) -> int:
@@ -200,7 +201,6 @@ def check_known_dim(n: Any, name: str) -> int:
 def check_head_array(x: Any, xp: Namespace, name: str, head_dim: int) -> None:
     """``x`` is a dense real floating array whose last axis is ``head_dim``."""
     check_array(x, name)
-    check_dense(x, name)
     check_floating(x, xp, name)
     d = check_known_dim(x.shape[-1], f"{name}.shape[-1]")
     if d != head_dim:
@@ -324,5 +324,8 @@ def positions_too_wide(name: str, largest: int, library: str) -> ValueError:
     )
 
 
-def check_layout_name(value: Any, name: str = "layout") -> str:
-    return check_choice(value, name, ("half", "interleaved"))
+_LAYOUTS: tuple[Layout, ...] = ("half", "interleaved")
+
+
+def check_layout_name(value: Any, name: str = "layout") -> Layout:
+    return check_choice(value, name, _LAYOUTS)

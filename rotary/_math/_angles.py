@@ -226,6 +226,7 @@ def exact_cos_sin(
         s = s * (1.0 - 2.0 * xp.astype(negative, dtype))[:, None]
     # (the width from c, not from w or the tables: under torch.compile(dynamic=True) a
     # constant's shape cannot be read)
+    assert c is not None and s is not None  # at least one digit level
     n = c.shape[-1]
     return xp.reshape(c, (*shape, n)), xp.reshape(s, (*shape, n))
 

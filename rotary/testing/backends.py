@@ -145,21 +145,20 @@ def _torch_cuda() -> Any:
     return torch.device("cuda")
 
 
-_STRICT = dict(module="array_api_strict", _make_xp=_module("array_api_strict"), float16=False)
+def _strict(name: str, device: str | None = None, *, float64: bool = True, int64: bool = True) -> Backend:
+    """An array-api-strict backend (on one of its fake devices)."""
+    dev: Callable[[], Any] = _strict_device(device) if device else (lambda: None)
+    mod = _module("array_api_strict")
+    return Backend(name, "array_api_strict", mod, dev, float16=False, float64=float64, int64=int64)
+
 
 ALL_BACKENDS: tuple[Backend, ...] = (
     Backend("numpy", "numpy", _compat("numpy")),
     Backend("numpy_readonly", "numpy", _compat("numpy"), writeable=False),
-    Backend("array_api_strict", **_STRICT),  # type: ignore[arg-type]
-    Backend("array_api_strict_device1", **_STRICT, _device=_strict_device("device1")),  # type: ignore[arg-type]
-    Backend("array_api_strict_no_float64", **_STRICT, _device=_strict_device("no_float64"), float64=False),  # type: ignore[arg-type]
-    Backend(  # like JAX without x64: neither float64 nor int64
-        "array_api_strict_no_x64",
-        **_STRICT,
-        _device=_strict_device("no_x64"),
-        float64=False,
-        int64=False,  # type: ignore[arg-type]
-    ),
+    _strict("array_api_strict"),
+    _strict("array_api_strict_device1", "device1"),
+    _strict("array_api_strict_no_float64", "no_float64", float64=False),
+    _strict("array_api_strict_no_x64", "no_x64", float64=False, int64=False),  # like JAX without x64
     Backend("torch", "torch", _compat("torch"), bfloat16=True, tracer="torch.compile"),
     Backend(
         "torch_cuda",

@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -130,7 +130,7 @@ class RopeReport:
                 return r
         raise KeyError(f"no property {name!r}; properties: {[r.name for r in self.results]}")
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[PropertyResult]:
         return iter(self.results)
 
     def to_dict(self) -> dict[str, Any]:
@@ -162,7 +162,20 @@ class RopeReport:
 class _Ctx:
     """Inputs and conversions for one ``check_rope`` run."""
 
-    def __init__(self, rotate_fn, *, xp, device, dtype, pos_dtype, head_dim, layout, base, ulps, angle_eps):
+    def __init__(
+        self,
+        rotate_fn: Callable[[Any, Any], Any],
+        *,
+        xp: Any,
+        device: Any,
+        dtype: Any,
+        pos_dtype: Any,
+        head_dim: int,
+        layout: str,
+        base: float,
+        ulps: float,
+        angle_eps: float,
+    ) -> None:
         self.fn = rotate_fn
         self.xp = xp
         self.device = device
@@ -209,7 +222,7 @@ class _Fail(Exception):
     pass
 
 
-def _measure(name: str, ctx: _Ctx, err: np.ndarray, tol: np.ndarray, message: str = "") -> PropertyResult:
+def _measure(name: str, ctx: _Ctx, err: Any, tol: Any, message: str = "") -> PropertyResult:
     err = np.asarray(err, dtype=np.float64)
     tol = np.broadcast_to(np.asarray(tol, dtype=np.float64), err.shape)
     err = np.where(np.isfinite(err), err, np.inf)
