@@ -80,25 +80,25 @@ _WIDE = np.finfo(np.longdouble).nmant >= 63
 
 
 @functools.lru_cache(maxsize=1 << 18)
-def _reduced(p: float, t: float) -> tuple[float, float]:
-    """``p * t`` (exact real product) reduced into ``[-pi, pi]``, as ``hi + lo`` floats."""
+def _reduced(p: float, t: float) -> tuple[float, float, int]:
+    """``p * t`` (exact real product) as ``q * pi/2 + r`` with ``|r| <= pi/4``: ``(hi, lo, q % 4)``
+    with ``r = hi + lo`` (floats)."""
     with decimal.localcontext(_CTX):
         a = decimal.Decimal(p) * decimal.Decimal(t)
-        two_pi = 2 * _PI
-        a = a - two_pi * (a / two_pi).to_integral_value(rounding=decimal.ROUND_FLOOR)
-        if a > _PI:
-            a -= two_pi
-        hi = float(a)
-        return hi, float(a - decimal.Decimal(hi))
+        half_pi = _PI / 2
+        q = (a / half_pi + decimal.Decimal("0.5")).to_integral_value(rounding=decimal.ROUND_FLOOR)
+        r = a - q * half_pi
+        hi = float(r)
+        return hi, float(r - decimal.Decimal(hi)), int(q) % 4
 
 
 def cos_sin(pos: Sequence[float] | np.ndarray, th: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin of ``pos[..., None] * th``, each correctly rounded to float64.
 
     ``pos`` (any shape, integer or float64 values) and ``th`` are taken as exact float64
-    numbers; the product and the range reduction are exact to 50 digits, and the reduced
-    angle (at most pi) is evaluated in 80-bit ``longdouble`` (with a 50-digit Taylor series
-    where the platform has no wider float).
+    numbers; the product and its reduction to a quadrant (``|r| <= pi/4``) are exact to 50
+    digits, and ``cos r``, ``sin r`` are evaluated in 80-bit ``longdouble`` (with a 50-digit
+    Taylor series where the platform has no wider float).
     """
     p = np.asarray(pos, dtype=np.float64)
     th = np.asarray(th, dtype=np.float64)
@@ -108,11 +108,14 @@ def cos_sin(pos: Sequence[float] | np.ndarray, th: np.ndarray) -> tuple[np.ndarr
     if _WIDE:
         hi = np.empty(c.shape, dtype=np.float64)
         lo = np.empty(c.shape, dtype=np.float64)
+        quad = np.empty(c.shape, dtype=np.int64)
         for i, pv in enumerate(uniq.tolist()):
             for j, t in enumerate(th.tolist()):
-                hi[i, j], lo[i, j] = _reduced(pv, t)
-        a = hi.astype(np.longdouble) + lo.astype(np.longdouble)
-        c[...], s[...] = np.cos(a), np.sin(a)
+                hi[i, j], lo[i, j], quad[i, j] = _reduced(pv, t)
+        r = hi.astype(np.longdouble) + lo.astype(np.longdouble)
+        cr, sr = np.cos(r), np.sin(r)
+        c[...] = np.choose(quad, [cr, -sr, -cr, sr])
+        s[...] = np.choose(quad, [sr, cr, -sr, -cr])
     else:
         for i, pv in enumerate(uniq.tolist()):
             for j, t in enumerate(th.tolist()):
