@@ -66,6 +66,15 @@ class RopeConfig:
         ):
             object.__setattr__(self, name, value)
 
+    def __hash__(self) -> int:
+        # computed once: the configuration keys every cache lookup
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.head_dim, self.rotary_dim, self.base, self.layout, self.scaling, self.angles))
+            h ^= hash(self.partial)
+            object.__setattr__(self, "_hash", h)
+        return int(h)
+
     @property
     def rotated(self) -> int:
         """``rotary_dim`` (normalised to an int on construction)."""

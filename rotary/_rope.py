@@ -17,8 +17,8 @@ from . import _hfconfig
 from ._backends import Backend, backend_for
 from ._config import RopeConfig, build_constant
 from ._lib import _validation as v
-from ._lib._cache import intern, interned
-from ._lib._compat import array_namespace, as_namespace, is_array, library_name
+from ._lib._cache import intern, interned, memo_add, memo_has
+from ._lib._compat import array_namespace, as_namespace, is_array, library_name, namespace_of
 from ._lib._typing import AngleMethod, Array, Device, DType, Layout, Namespace, PartialMode, RotaryEmbedding
 from ._math._angles import float32_recipe
 from ._math._rotation import expand_pairs
@@ -42,9 +42,10 @@ class Rotary:
         """cos/sin (attention factor applied) of shape ``coord_shape + (width // 2,)``."""
         raise NotImplementedError
 
-    def _coord_shape(self, pos: Array, name: str) -> tuple[Any, ...]:
-        """The shape of one coordinate of ``pos`` (what broadcasts against ``x.shape[:-1]``)."""
-        return tuple(pos.shape)
+    def _coord_shape(self, shape: tuple[Any, ...], name: str) -> tuple[Any, ...]:
+        """The shape of one coordinate of positions of shape ``shape`` (what broadcasts
+        against ``x.shape[:-1]``)."""
+        return shape
 
     @property
     def _width(self) -> int:
@@ -111,7 +112,7 @@ class Rotary:
         if device is None and is_array(pos) and library_name(array_namespace(pos)) == be.name:
             device = be.creation_device(pos)
         p, rng = be.positions(pos, name="pos", device=device)
-        self._coord_shape(p, "pos")
+        self._coord_shape(tuple(p.shape), "pos")
         if device is None:
             device = be.creation_device(p)
         c, s = self._pair_cos_sin(p, be, device, be.compute_dtype(dtype), rng)
@@ -137,12 +138,17 @@ class Rotary:
                [-0.301,  0.99 ,  1.382,  1.01 ],
                [-1.325,  0.98 ,  0.493,  1.02 ]], dtype=float32)
         """
-        xp = self._namespace(x, None, pos, None)
+        xp = self._namespace(x, None)
         be = backend_for(xp)
-        v.check_head_array(x, xp, "x", self.head_dim)
-        be.check_dense([("x", x)])
+        sig = be.signature(x, pos)
+        if sig is None or not memo_has((self, "rotate", sig)):
+            v.check_head_array(x, xp, "x", self.head_dim)
+            be.check_dense([("x", x)])
+            self._check_positions(be, pos, x, "pos", "x")
+            if sig is not None:
+                memo_add((self, "rotate", sig))
         dev = be.creation_device(x)
-        p, rng = self._positions(be, pos, x, "pos", "x", dev)
+        p, rng = be.positions(pos, name="pos", device=dev)
         if be.lazy and not self._needs_all_positions():
             return be.map_positions(self.rotate, x, p, name="x", pos_name="pos")
         return self._rotate(be, x, p, rng, dev)
@@ -162,22 +168,19 @@ class Rotary:
         >>> bool(np.allclose((qr * qr).sum(-1), (q * q).sum(-1), rtol=1e-5))
         True
         """
-        xp = self._namespace(q, k, pos, k_pos)
+        xp = self._namespace(q, k)
         be = backend_for(xp)
-        v.check_head_array(q, xp, "q", self.head_dim)
-        v.check_array(k, "k")
-        v.check_qk(q, k, seq_axis=None if k_pos is None else q.ndim - 2)
-        v.check_head_array(k, xp, "k", self.head_dim)
-        be.check_dense([("q", q), ("k", k)])
-        v.check_same_dtype([("q", q), ("k", k)])
+        sig = be.signature(q, k, pos, k_pos)
+        if sig is None or not memo_has((self, "apply", sig)):
+            self._check_apply(be, q, k, pos, k_pos)
+            if sig is not None:
+                memo_add((self, "apply", sig))
         dev = be.creation_device(q)
-        be.check_devices([("q", q), ("k", k)])
-        p, rng = self._positions(be, pos, q, "pos", "q", dev)
+        p, rng = be.positions(pos, name="pos", device=dev)
         if k_pos is None:
-            v.check_broadcast(self._coord_shape(p, "pos"), tuple(k.shape[:-1]), "pos", "k")
             kp, krng = p, rng
         else:
-            kp, krng = self._positions(be, k_pos, k, "k_pos", "k", dev)
+            kp, krng = be.positions(k_pos, name="k_pos", device=dev)
         if be.lazy and not self._needs_all_positions():
             rot = self.rotate
             return (
@@ -186,9 +189,7 @@ class Rotary:
             )
         if kp is p:
             c, s = self._cos_sin_for(be, q, p, rng, dev)
-            return be.rotate(q, c, s, layout=self.layout, rotary_dim=self._width), be.rotate(
-                k, c, s, layout=self.layout, rotary_dim=self._width
-            )
+            return be.rotate_both(q, k, c, s, layout=self.layout, rotary_dim=self._width)
         return self._rotate(be, q, p, rng, dev), self._rotate(be, k, kp, krng, dev)
 
     # -- shared steps --------------------------------------------------------------------------
@@ -196,26 +197,40 @@ class Rotary:
         """Dynamic scalings read the sequence length from every position (no block-wise Dask)."""
         return False
 
-    @staticmethod
-    def _namespace(q: Any, k: Any, pos: Any, k_pos: Any) -> Namespace:
-        """The namespace of the data; positions may be NumPy/Python values with any library."""
-        arrays = [a for a in (q, k) if a is not None]
-        for name, a in zip(("q" if k is not None else "x", "k"), arrays, strict=False):
-            if not is_array(a):
-                raise TypeError(f"{name} must be an array of shape (..., head_dim), got {type(a).__name__}")
-        return array_namespace(*arrays, names=("q", "k") if k is not None else ("x",))
+    def _check_apply(self, be: Backend, q: Array, k: Array, pos: Any, k_pos: Any) -> None:
+        """Every check of ``apply`` that depends on the arguments' types, shapes, dtypes and
+        devices only (the position values are checked on every call)."""
+        xp = be.xp
+        v.check_head_array(q, xp, "q", self.head_dim)
+        v.check_array(k, "k")
+        v.check_qk(q, k, seq_axis=None if k_pos is None else q.ndim - 2)
+        v.check_head_array(k, xp, "k", self.head_dim)
+        be.check_dense([("q", q), ("k", k)])
+        v.check_same_dtype([("q", q), ("k", k)])
+        be.check_devices([("q", q), ("k", k)])
+        coord = self._check_positions(be, pos, q, "pos", "q")
+        if k_pos is None:
+            v.check_broadcast(coord, tuple(k.shape[:-1]), "pos", "k")
+        else:
+            self._check_positions(be, k_pos, k, "k_pos", "k")
 
-    def _positions(
-        self, be: Backend, pos: Any, x: Array, name: str, x_name: str, dev: Device
-    ) -> tuple[Array, Range]:
-        p, rng = be.positions(pos, name=name, device=dev)
-        if p is pos:
-            be.check_devices([(x_name, x), (name, p)])
-        coord = self._coord_shape(p, name)
+    @staticmethod
+    def _namespace(q: Any, k: Any) -> Namespace:
+        """The namespace of the data; positions may be NumPy/Python values with any library."""
+        if k is None:
+            return namespace_of(q, names=("x",))
+        return namespace_of(q, k, names=("q", "k"))
+
+    def _check_positions(self, be: Backend, pos: Any, x: Array, name: str, x_name: str) -> tuple[Any, ...]:
+        """The type, shape and device of positions ``pos`` for ``x``; returns one coordinate's shape."""
+        shape = be.position_shape(pos, name=name)
+        if is_array(pos) and library_name(array_namespace(pos)) == be.name:
+            be.check_devices([(x_name, x), (name, pos)])
+        coord = self._coord_shape(shape, name)
         lead = tuple(x.shape[:-1])
         v.check_broadcast(coord, lead, name, x_name)
         _check_unambiguous(coord, lead, name, x_name)
-        return p, rng
+        return coord
 
     def _cos_sin_for(self, be: Backend, x: Array, p: Array, rng: Range, dev: Device) -> tuple[Array, Array]:
         cdt = be.compute_dtype(x.dtype)
@@ -445,11 +460,7 @@ def _static_cos_sin(
         if c.dtype != dtype:
             c, s = xp.astype(c, dtype), xp.astype(s, dtype)
         return c, s
-    tables = be.constant(build_constant, cfg, "tables", dev, dtype)
-    w = be.constant(build_constant, cfg, "inv_freq", dev, dtype)
-    return be.exact_cos_sin(
-        pos, tables, w, dtype=dtype, rng=rng, table_key=(cfg, str(dev), v.dtype_name(dtype))
-    )
+    return be.exact_cos_sin(pos, build_constant, cfg, device=dev, dtype=dtype, rng=rng)
 
 
 def _make(

@@ -141,8 +141,7 @@ class AxialRoPE(Rotary):
         """Which coordinate each pair uses, shape ``(rotary_dim // 2,)``."""
         return np.repeat(np.arange(self.n_axes), [s // 2 for s in self.split])
 
-    def _coord_shape(self, pos: Array, name: str) -> tuple[Any, ...]:
-        shape = tuple(pos.shape)
+    def _coord_shape(self, shape: tuple[Any, ...], name: str) -> tuple[Any, ...]:
         if not shape or shape[-1] != self.n_axes:
             raise ValueError(
                 f"{name} must have shape (..., {self.n_axes}) (one coordinate per axis, last), "
@@ -298,8 +297,7 @@ class MRoPE(Rotary):
         # HF's Qwen-VL text models cast cos/sin to the input dtype and rotate in it.
         return x_dtype if self.rope.angles == "float32" else cdt
 
-    def _coord_shape(self, pos: Array, name: str) -> tuple[Any, ...]:
-        shape = tuple(pos.shape)
+    def _coord_shape(self, shape: tuple[Any, ...], name: str) -> tuple[Any, ...]:
         n = len(self.sections)
         if len(shape) < 2 or shape[0] not in (1, n):
             raise ValueError(

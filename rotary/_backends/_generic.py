@@ -103,26 +103,37 @@ class Backend:
         return to_numpy(x)
 
     # -- positions -----------------------------------------------------------------------------
+    def signature(self, *args: Any) -> Hashable | None:
+        """A hashable summary of the arguments' types, shapes, dtypes and devices, where the
+        backend can form one cheaply (eager arrays); ``None`` otherwise.  Checks that depend on
+        nothing else are done once per signature."""
+        return None
+
+    def position_shape(self, pos: Any, *, name: str) -> tuple[Any, ...]:
+        """Check the type and dtype of positions ``pos`` (without converting them); their shape."""
+        if is_array(pos) and library_name_of(pos) == self.name:
+            v.check_position_dtype(pos.dtype, self.xp, name)
+            return tuple(pos.shape)
+        if is_host_positions(pos):
+            return tuple(_host_positions(pos, name).shape)
+        raise TypeError(
+            f"{name} is a {type(pos).__module__}.{type(pos).__name__} but the data are {self.name} "
+            f"arrays; pass positions of the same library, a NumPy array or a Python sequence"
+        )
+
     def positions(self, pos: Any, *, name: str, device: Device) -> tuple[Array, tuple[int, int] | None]:
-        """``pos`` as an array of this namespace on ``device``, and ``(min, max)`` of its values
-        when they are concrete integers.
+        """``pos`` (checked by :meth:`position_shape`) as an array of this namespace on
+        ``device``, and ``(min, max)`` of its values when they are concrete integers.
 
         Host positions (Python values, NumPy arrays) are checked on the host and converted;
         arrays of this namespace are checked where their values are concrete (see
         :meth:`is_concrete`).  Values: finite, ``|p| < 2**36``.
         """
-        if is_array(pos) and library_name_of(pos) == self.name:
-            v.check_position_dtype(pos.dtype, self.xp, name)
-            rng = _check_host(self.host_values(pos), name) if self.is_concrete(pos) else None
-            return pos, rng
-        if is_host_positions(pos):
+        if is_host_positions(pos) and not (self.name == "numpy" and is_array(pos)):
             host = _host_positions(pos, name)
             rng = _check_host(host, name)
             return self._from_host(host, rng, name=name, device=device), rng
-        raise TypeError(
-            f"{name} is a {type(pos).__module__}.{type(pos).__name__} but the data are {self.name} "
-            f"arrays; pass positions of the same library, a NumPy array or a Python sequence"
-        )
+        return pos, (_check_host(self.host_values(pos), name) if self.is_concrete(pos) else None)
 
     def _from_host(
         self, host: np.ndarray, rng: tuple[int, int] | None, *, name: str, device: Device
@@ -152,10 +163,8 @@ class Backend:
         self, build: ConstantBuilder, config: Hashable, kind: str, device: Device, dtype: DType
     ) -> Array:
         """``build(config, kind, xp, device, dtype)``, cached in the one cache."""
-        return get_or_build(
-            (config, kind, self.name, str(device), v.dtype_name(dtype)),
-            lambda: self._built(build(config, kind, self.xp, device, dtype)),
-        )
+        key = (config, kind, self.name, device, dtype)
+        return get_or_build(key, lambda: self._built(build(config, kind, self.xp, device, dtype)))
 
     def _built(self, value: Array) -> tuple[Array, int, bool]:
         return value, _nbytes(value), self.is_real(value)
@@ -177,32 +186,45 @@ class Backend:
         return kernel(x)
 
     def rotate(self, x: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int) -> Array:
+        """The rotation of the first ``rotary_dim`` features of ``x`` by the pairs' cos/sin."""
         return rotate_pairs(x, c, s, layout=layout, rotary_dim=rotary_dim, xp=self.xp)
+
+    def rotate_both(
+        self, q: Array, k: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int
+    ) -> tuple[Array, Array]:
+        """:meth:`rotate` of ``q`` and ``k`` by the same cos/sin (a library may share work)."""
+        return (
+            self.rotate(q, c, s, layout=layout, rotary_dim=rotary_dim),
+            self.rotate(k, c, s, layout=layout, rotary_dim=rotary_dim),
+        )
 
     def exact_cos_sin(
         self,
         pos: Array,
-        tables: Array,
-        w: Array,
+        build: ConstantBuilder,
+        config: Hashable,
         *,
+        device: Device,
         dtype: DType,
         rng: tuple[int, int] | None,
-        table_key: Hashable,
     ) -> tuple[Array, Array]:
-        """Exact cos/sin; concrete non-negative integer positions take the per-position table
-        or skip the digit levels and the sign they do not need (same bits)."""
+        """Exact cos/sin of ``config``'s angles at ``pos`` (its ``"tables"`` and ``"inv_freq"``
+        constants from ``build``).  Concrete non-negative integer positions take the
+        per-position table, or skip the digit levels and the sign they do not need (same bits)."""
         levels, nonneg = _angles.LEVELS, False
         if rng is not None and rng[0] >= 0 and fast_paths_enabled():
             hi = rng[1]
-            if hi < POSITION_TABLE_MAX and not self.tracing() and self.is_real(tables):
-                return self._table_lookup(pos, tables, w, dtype, hi, table_key)
+            if hi < POSITION_TABLE_MAX and not self.tracing():
+                return self._table_lookup(pos, build, config, device, dtype, hi)
             levels, nonneg = _angles.levels_for_range(hi), True
-        return self._exact(pos, tables, w, dtype, levels, nonneg, table_key)
+        tables = self.constant(build, config, "tables", device, dtype)
+        w = self.constant(build, config, "inv_freq", device, dtype)
+        return self._exact(pos, tables, w, dtype, levels, nonneg)
 
     def _exact(
-        self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool, key: Hashable
+        self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool
     ) -> tuple[Array, Array]:
-        """The generic exact method (``key`` identifies ``tables`` for a fast path's own caching)."""
+        """The generic exact method (a library's fast path overrides it)."""
         return _angles.exact_cos_sin(
             pos,
             tables,
@@ -216,22 +238,25 @@ class Backend:
         )
 
     def _table_lookup(
-        self, pos: Array, tables: Array, w: Array, dtype: DType, hi: int, table_key: Hashable
+        self, pos: Array, build: ConstantBuilder, config: Hashable, dev: Device, dtype: DType, hi: int
     ) -> tuple[Array, Array]:
+        """cos/sin of positions ``0 <= pos <= hi`` from a per-position table (rows ``0 .. 2**k``),
+        built once with the exact method."""
         xp = self.xp
         rows = 4096
         while rows <= hi:
             rows *= 2
-        dev = self.creation_device(tables)
 
-        def build() -> tuple[Array, int, bool]:
+        def make() -> tuple[Array, int, bool]:
+            tables = self.constant(build, config, "tables", dev, dtype)
+            w = self.constant(build, config, "inv_freq", dev, dtype)
             idx = xp.arange(rows, device=dev)
-            c, s = self._exact(idx, tables, w, dtype, _angles.levels_for_range(rows - 1), True, table_key)
+            c, s = self._exact(idx, tables, w, dtype, _angles.levels_for_range(rows - 1), True)
             table = xp.concat([c, s], axis=1)  # (rows, 2 n): one contiguous row per position
             return self._built(table)
 
-        table = get_or_build((self.name, table_key, "position_table", rows), build)
-        n = w.shape[0]
+        table = get_or_build((config, "position_table", rows, self.name, dev, dtype), make)
+        n = table.shape[1] // 2
         flat = pos if pos.ndim == 1 else xp.reshape(pos, (-1,))
         t = self._take_rows(table, flat)
         c, s = t[:, :n], t[:, n:]
@@ -326,6 +351,10 @@ def _host_positions(pos: Any, name: str) -> np.ndarray:
 
 def _check_host(host: np.ndarray, name: str) -> tuple[int, int] | None:
     """Finite and ``|p| < 2**36``; ``(min, max)`` for integers (``None`` for floats or none)."""
+    if host.size == 1 and host.dtype.kind in "iu":  # decoding: one position
+        p = int(host.reshape(-1)[0])
+        v.check_position_bound(float(abs(p)), name)
+        return p, p
     if host.dtype.name == "bfloat16":
         host = host.astype(np.float32)
     if host.size == 0:

@@ -90,7 +90,7 @@ class JaxBackend(Backend):
             with jax.ensure_compile_time_eval():
                 return self._built(build(config, kind, self.xp, device, dtype))
 
-        return get_or_build((config, kind, "jax", str(device), str(dtype)), make)
+        return get_or_build((config, kind, "jax", device, dtype), make)
 
     def causal_scan(
         self,

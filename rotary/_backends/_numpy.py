@@ -16,7 +16,7 @@ from .._lib._cache import fast_paths_enabled
 from .._lib._typing import Array, DType, Layout
 from .._math._angles import LEVELS, magnitude
 from . import _eager
-from ._generic import Backend
+from ._generic import Backend, _check_host
 
 __all__ = ["NumpyBackend"]
 
@@ -41,6 +41,28 @@ def _plain(*arrays: Any) -> bool:
 
 
 class NumpyBackend(Backend):
+    def signature(self, *args: Any) -> Hashable | None:
+        out = []
+        for a in args:
+            if a is None:
+                out.append(None)
+            elif type(a) is np.ndarray:
+                out.append((a.shape, a.dtype))
+            else:
+                return None
+        return tuple(out)
+
+    def creation_device(self, x: Array) -> Any:
+        return "cpu"
+
+    def positions(self, pos: Any, *, name: str, device: Any) -> tuple[Array, tuple[int, int] | None]:
+        if type(pos) is np.ndarray and pos.dtype.kind in "iuf":
+            return pos, _check_host(pos, name)
+        return super().positions(pos, name=name, device=device)
+
+    def check_devices(self, arrays: list[tuple[str, Array]]) -> None:
+        return None  # one device
+
     def rotate(self, x: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int) -> Array:
         if not (fast_paths_enabled() and _plain(x, c, s)):
             return super().rotate(x, c, s, layout=layout, rotary_dim=rotary_dim)
@@ -48,16 +70,19 @@ class NumpyBackend(Backend):
         if x.dtype != c.dtype:
             x = x.astype(c.dtype)
         if rotary_dim == x.shape[-1]:
-            out = _rotate_full(x, c, s, layout, rotary_dim // 2)
+            if x.nbytes <= _eager.BLOCK_BYTES and layout == "half":
+                out = _rotate_small_half(x, c, s, rotary_dim // 2)
+            else:
+                out = _rotate_full(x, c, s, layout, rotary_dim // 2)
         else:
             out = _eager.rotate(x, c, s, layout, rotary_dim, _ops(x.dtype))
         return out if out.dtype == out_dtype else out.astype(out_dtype)
 
     def _exact(
-        self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool, key: Hashable
+        self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool
     ) -> tuple[Array, Array]:
         if not (fast_paths_enabled() and _plain(pos, tables)) or pos.dtype.kind not in "iu":
-            return super()._exact(pos, tables, w, dtype, levels, nonneg, key)
+            return super()._exact(pos, tables, w, dtype, levels, nonneg)
         mag, negative = magnitude(pos.reshape(-1), xp=self.xp, wide_int=True)
         c, s = _eager.exact_int(mag, tables, levels if nonneg else LEVELS, _ops(tables.dtype))
         if not nonneg and negative is not None:
@@ -71,9 +96,26 @@ class NumpyBackend(Backend):
         return super()._take_rows(table, idx)
 
 
+#: ``[-1, 1]`` along the pair axis, shape ``(2, 1)`` (half) or ``(1, 2)`` (interleaved), per dtype.
+_SIGNS = {
+    np.dtype(dt): (np.array([[-1.0], [1.0]], dtype=dt), np.array([[-1.0, 1.0]], dtype=dt))
+    for dt in (np.float16, np.float32, np.float64)
+}
+
+
 def _sign(dtype: Any, interleaved: int) -> np.ndarray:
-    """``[-1, 1]`` along the pair axis, shape ``(2, 1)`` (half) or ``(1, 2)`` (interleaved)."""
-    return np.array([-1.0, 1.0], dtype=dtype).reshape((1, 2) if interleaved else (2, 1))
+    return _SIGNS[np.dtype(dtype)][interleaved]
+
+
+def _rotate_small_half(x: np.ndarray, c: np.ndarray, s: np.ndarray, h: int) -> np.ndarray:
+    """:func:`_rotate_full` for one small block in the half layout (decoding), with the fewest
+    NumPy calls: ``out = x * C + swap(x) * S``, the same operations in the same order."""
+    shp = (*x.shape[:-1], 2, h)
+    xv = x.reshape(shp)
+    out = np.multiply(xv, c[..., None, :])
+    t = np.multiply(xv[..., ::-1, :], np.multiply(s[..., None, :], _sign(s.dtype, 0)))
+    np.add(out, t, out=out)
+    return out.reshape(x.shape)
 
 
 def _rotate_full(x: np.ndarray, c: np.ndarray, s: np.ndarray, layout: Layout, h: int) -> np.ndarray:

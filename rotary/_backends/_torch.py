@@ -28,6 +28,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 import array_api_compat.torch as torch_xp
+import numpy as np
 import torch
 
 from .._lib._cache import fast_paths_enabled, get_or_build
@@ -67,7 +68,7 @@ def _constant(build: ConstantBuilder, config: Hashable, kind: str, device: Any, 
             value = build(config, kind, torch_xp, device, dtype)
         return value, int(value.nbytes), _real(value)
 
-    return get_or_build((config, kind, "torch", str(device), str(dtype)), make)
+    return get_or_build((config, kind, "torch", device, dtype), make)
 
 
 _DATACLASS = "rotary-dataclass"
@@ -136,6 +137,26 @@ def _ops(dtype: Any, device: Any) -> _eager.Ops:
     )
 
 
+_SIGN = {
+    dt: torch.tensor([[-1.0], [1.0]], dtype=dt)
+    for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+}
+
+
+def _small_half_tables(c: Array, s: Array) -> tuple[Array, Array]:
+    """``C = cos`` and ``S = [-sin, sin]`` along a new pair axis (see :func:`_rotate_small_half`)."""
+    return c.unsqueeze(-2), torch.mul(s.unsqueeze(-2), _SIGN[s.dtype])
+
+
+def _rotate_small_half(x: Array, C: Array, S: Array, h: int) -> Array:
+    """One small block in the half layout (decoding), in the fewest torch calls:
+    ``out = x * C + swap(x) * S``; ``a + b * (-c) == a - b * c`` exactly, so these are the
+    generic formula's bits (no fused multiply-add)."""
+    xv = x.view(*x.shape[:-1], 2, h)
+    out = torch.mul(xv, C)
+    return torch.add(out, torch.mul(xv.flip(-2), S), out=out).view(x.shape)
+
+
 class TorchBackend(Backend):
     def __init__(self, xp: Namespace) -> None:
         super().__init__(xp)
@@ -166,6 +187,27 @@ class TorchBackend(Backend):
 
     def has_int64(self, device: Device) -> bool:
         return True
+
+    def signature(self, *args: Any) -> Hashable | None:
+        if torch.compiler.is_compiling():
+            return None
+        out = []
+        for a in args:
+            t = type(a)
+            if a is None:
+                out.append(None)
+            elif t is torch.Tensor:
+                out.append((a.shape, a.dtype, a.device, a.layout))
+            elif t is np.ndarray:
+                out.append((t, a.shape, a.dtype))
+            else:
+                return None
+        return tuple(out)
+
+    def position_shape(self, pos: Any, *, name: str) -> tuple[Any, ...]:
+        if torch.compiler.is_compiling() and not isinstance(pos, torch.Tensor):
+            return tuple(self.positions(pos, name=name, device=None)[0].shape)
+        return super().position_shape(pos, name=name)
 
     def positions(self, pos: Any, *, name: str, device: Device) -> tuple[Array, tuple[int, int] | None]:
         if torch.compiler.is_compiling() and not isinstance(pos, torch.Tensor):
@@ -199,32 +241,55 @@ class TorchBackend(Backend):
     def eager(self, fn: Callable[..., Any], *args: Any) -> Any:
         return _call(fn, *args)
 
-    def _eager_ok(self, *arrays: Array) -> bool:
-        """The eager ``out=`` kernels apply: CPU, no autograd, plain dense tensors, not compiling."""
-        if not fast_paths_enabled() or torch.compiler.is_compiling():
-            return False
-        grad = torch.is_grad_enabled()
-        for a in arrays:
-            if type(a) is not torch.Tensor or a.device.type != "cpu" or a.layout != torch.strided:
-                return False
-            if (grad and a.requires_grad) or (_is_wrapped is not None and _is_wrapped(a)):
-                return False
-        return True
+    def _eager_ok(self, x: Array) -> bool:
+        """The eager kernels apply to ``x`` (our own cos/sin tables are plain CPU tensors
+        beside it): CPU, no autograd, a plain dense tensor, not compiling."""
+        return (
+            fast_paths_enabled()
+            and type(x) is torch.Tensor
+            and x.device.type == "cpu"
+            and not (x.requires_grad and torch.is_grad_enabled())
+            and not torch.compiler.is_compiling()
+            and not (_is_wrapped is not None and _is_wrapped(x))
+        )
 
     def rotate(self, x: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int) -> Array:
-        if not self._eager_ok(x, c, s):
+        if not (self._eager_ok(x) and type(c) is torch.Tensor and not c.requires_grad):
             return super().rotate(x, c, s, layout=layout, rotary_dim=rotary_dim)
         out_dtype = x.dtype
         if x.dtype != c.dtype:
             x = x.to(c.dtype)
-        out = _eager.rotate(x, c, s, layout, rotary_dim, _ops(x.dtype, x.device))
+        if self._small_half(x, layout, rotary_dim):
+            out = _rotate_small_half(x, *_small_half_tables(c, s), rotary_dim // 2)
+        else:
+            out = _eager.rotate(x, c, s, layout, rotary_dim, _ops(x.dtype, x.device))
         return out if out.dtype == out_dtype else out.to(out_dtype)
 
-    def _exact(
-        self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool, key: Hashable
+    @staticmethod
+    def _small_half(x: Array, layout: Layout, rotary_dim: int) -> bool:
+        return (
+            layout == "half"
+            and rotary_dim == x.shape[-1]
+            and x.numel() * x.element_size() <= _eager.BLOCK_BYTES
+        )
+
+    def rotate_both(
+        self, q: Array, k: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int
     ) -> tuple[Array, Array]:
-        if pos.dtype.is_floating_point or not self._eager_ok(pos, tables):
-            return super()._exact(pos, tables, w, dtype, levels, nonneg, key)
+        ok = self._eager_ok(q) and self._eager_ok(k) and type(c) is torch.Tensor and not c.requires_grad
+        if not (ok and q.dtype == c.dtype == k.dtype and self._small_half(q, layout, rotary_dim)):
+            return super().rotate_both(q, k, c, s, layout=layout, rotary_dim=rotary_dim)
+        if not self._small_half(k, layout, rotary_dim):
+            return super().rotate_both(q, k, c, s, layout=layout, rotary_dim=rotary_dim)
+        C, S = _small_half_tables(c, s)
+        h = rotary_dim // 2
+        return _rotate_small_half(q, C, S, h), _rotate_small_half(k, C, S, h)
+
+    def _exact(
+        self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool
+    ) -> tuple[Array, Array]:
+        if pos.dtype.is_floating_point or not (self._eager_ok(pos) and self._eager_ok(tables)):
+            return super()._exact(pos, tables, w, dtype, levels, nonneg)
         mag, negative = magnitude(pos.reshape(-1), xp=self.xp, wide_int=True)
         c, s = _eager.exact_int(mag, tables, levels if nonneg else LEVELS, _ops(tables.dtype, tables.device))
         if not nonneg and negative is not None:

@@ -214,3 +214,20 @@ def intern(key: Hashable, make: Callable[[], Any]) -> str:
 def interned(handle: str) -> Any:
     """The object behind ``handle``."""
     return _INTERNED[handle]
+
+
+# -- checked signatures ----------------------------------------------------------------------
+_MEMO: set[Hashable] = set()
+_MAX_MEMO = 4096
+
+
+def memo_has(key: Hashable) -> bool:
+    """``key`` (an entry point and its arguments' types, shapes, dtypes and devices) passed the
+    checks before: the ones that depend on nothing else need not run again."""
+    return key in _MEMO
+
+
+def memo_add(key: Hashable) -> None:
+    if len(_MEMO) >= _MAX_MEMO:
+        _MEMO.clear()
+    _MEMO.add(key)

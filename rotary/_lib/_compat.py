@@ -69,11 +69,46 @@ def library_name(xp: Namespace) -> str:
     return _LIBRARIES.get(name, name)
 
 
+#: Namespace of each array type seen (a handful of types): the common case, all arguments of
+#: one type, costs one dictionary lookup instead of array_api_compat's dispatch.
+_BY_TYPE: dict[type, Namespace] = {}
+
+
+def namespace_of(*arrays: Any, names: tuple[str, ...]) -> Namespace:
+    """The namespace of ``arrays``, which must all be arrays (``TypeError`` naming the first that
+    is not) of one library."""
+    t = type(arrays[0])
+    if t.__module__ == "torch" and all(type(a) is t for a in arrays[1:]):
+        import array_api_compat.torch as torch_xp  # served directly (see the module docstring)
+
+        return torch_xp
+    hit = _BY_TYPE.get(t)
+    if hit is not None and all(type(a) is t for a in arrays[1:]):
+        return hit
+    for name, a in zip(names, arrays, strict=True):
+        if not is_array(a):
+            raise TypeError(f"{name} must be an array of shape (..., head_dim), got {type(a).__name__}")
+    return array_namespace(*arrays, names=names)
+
+
 def array_namespace(*arrays: Any, names: tuple[str, ...] = ()) -> Namespace:
     """The array-API namespace shared by the arrays among ``arrays`` (others ignored).
 
     ``names`` label the arguments in the ``TypeError`` raised for arrays of different libraries.
     """
+    one = None
+    for a in arrays:
+        if a is None:
+            continue
+        if one is None:
+            one = type(a)
+        elif type(a) is not one:
+            one = None
+            break
+    if one is not None:
+        hit = _BY_TYPE.get(one)
+        if hit is not None:
+            return hit
     real = [(i, a) for i, a in enumerate(arrays) if is_array(a)]
     if not real:
         return array_api_compat.array_namespace(np.empty(0))
@@ -82,7 +117,7 @@ def array_namespace(*arrays: Any, names: tuple[str, ...] = ()) -> Namespace:
 
         return torch_xp
     try:
-        return array_api_compat.array_namespace(*(a for _, a in real))
+        xp = array_api_compat.array_namespace(*(a for _, a in real))
     except TypeError:
         label = names or tuple(f"arg{i}" for i in range(len(arrays)))
         kinds = ", ".join(f"{label[i]}: {type(a).__module__}.{type(a).__name__}" for i, a in real)
@@ -90,6 +125,9 @@ def array_namespace(*arrays: Any, names: tuple[str, ...] = ()) -> Namespace:
             f"arrays must all come from the same array library; got {kinds}. "
             "Convert them to one library first (positions may also be NumPy arrays or Python values)."
         ) from None
+    if one is not None and len(real) == len([a for a in arrays if a is not None]) and len(_BY_TYPE) < 64:
+        _BY_TYPE[one] = xp
+    return xp
 
 
 def as_namespace(xp: Any) -> Namespace:
