@@ -48,6 +48,7 @@ def decay_bound(distance: Any, dim: int, base: float = 10000.0) -> Array:
     be = backend_for(xp)
     rope = RoPE(v.check_head_dim(dim, "dim"), base=v.check_base(base))
     dev = be.creation_device(distance) if is_array(distance) else None
+    be.position_shape(distance, name="distance")
     r, _ = be.positions(distance, name="distance", device=dev)
     if v.is_floating(xp, r.dtype):
         out_dtype = r.dtype

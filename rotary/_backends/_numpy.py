@@ -42,7 +42,7 @@ def _plain(*arrays: Any) -> bool:
 
 class NumpyBackend(Backend):
     def signature(self, *args: Any) -> Hashable | None:
-        out = []
+        out: list[Any] = []
         for a in args:
             if a is None:
                 out.append(None)

@@ -191,7 +191,7 @@ class TorchBackend(Backend):
     def signature(self, *args: Any) -> Hashable | None:
         if torch.compiler.is_compiling():
             return None
-        out = []
+        out: list[Any] = []
         for a in args:
             t = type(a)
             if a is None:
