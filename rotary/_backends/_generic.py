@@ -219,10 +219,10 @@ class Backend:
             levels, nonneg = _angles.levels_for_range(hi), True
         tables = self.constant(build, config, "tables", device, dtype)
         w = self.constant(build, config, "inv_freq", device, dtype)
-        return self._exact(pos, tables, w, dtype, levels, nonneg)
+        return self._exact(pos, tables, w, dtype, levels, nonneg, checked=rng is not None)
 
     def _exact(
-        self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool
+        self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool, *, checked: bool
     ) -> tuple[Array, Array]:
         """The generic exact method (a library's fast path overrides it)."""
         return _angles.exact_cos_sin(
@@ -233,6 +233,7 @@ class Backend:
             dtype=dtype,
             levels=levels,
             nonneg=nonneg,
+            checked=checked,
             wide_int=self.has_int64(self.creation_device(pos)),
             take=self._take_rows,
         )
@@ -251,7 +252,7 @@ class Backend:
             tables = self.constant(build, config, "tables", dev, dtype)
             w = self.constant(build, config, "inv_freq", dev, dtype)
             idx = xp.arange(rows, device=dev)
-            c, s = self._exact(idx, tables, w, dtype, _angles.levels_for_range(rows - 1), True)
+            c, s = self._exact(idx, tables, w, dtype, _angles.levels_for_range(rows - 1), True, checked=True)
             table = xp.concat([c, s], axis=1)  # (rows, 2 n): one contiguous row per position
             return self._built(table)
 

@@ -48,6 +48,21 @@ class JaxBackend(Backend):
         except Exception:  # tracers
             return None
 
+    @staticmethod
+    def _stacked(pos: Any) -> Any:
+        """A Python sequence holding JAX arrays or tracers (``jit`` over scalar positions) as one array."""
+        if isinstance(pos, (list, tuple)) and any(
+            isinstance(a, (jax.Array, jax.core.Tracer)) for a in jax.tree_util.tree_leaves(pos)
+        ):
+            return jnp.asarray(pos)
+        return pos
+
+    def position_shape(self, pos: Any, *, name: str) -> tuple[Any, ...]:
+        return super().position_shape(self._stacked(pos), name=name)
+
+    def positions(self, pos: Any, *, name: str, device: Device) -> tuple[Array, tuple[int, int] | None]:
+        return super().positions(self._stacked(pos), name=name, device=device)
+
     def has_int64(self, device: Device) -> bool:
         return bool(jax.config.jax_enable_x64)
 

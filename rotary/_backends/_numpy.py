@@ -79,10 +79,10 @@ class NumpyBackend(Backend):
         return out if out.dtype == out_dtype else out.astype(out_dtype)
 
     def _exact(
-        self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool
+        self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool, *, checked: bool
     ) -> tuple[Array, Array]:
-        if not (fast_paths_enabled() and _plain(pos, tables)) or pos.dtype.kind not in "iu":
-            return super()._exact(pos, tables, w, dtype, levels, nonneg)
+        if not (checked and fast_paths_enabled() and _plain(pos, tables)) or pos.dtype.kind not in "iu":
+            return super()._exact(pos, tables, w, dtype, levels, nonneg, checked=checked)
         mag, negative = magnitude(pos.reshape(-1), xp=self.xp, wide_int=True)
         c, s = _eager.exact_int(mag, tables, levels if nonneg else LEVELS, _ops(tables.dtype))
         if not nonneg and negative is not None:

@@ -286,10 +286,10 @@ class TorchBackend(Backend):
         return _rotate_small_half(q, C, S, h), _rotate_small_half(k, C, S, h)
 
     def _exact(
-        self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool
+        self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool, *, checked: bool
     ) -> tuple[Array, Array]:
-        if pos.dtype.is_floating_point or not (self._eager_ok(pos) and self._eager_ok(tables)):
-            return super()._exact(pos, tables, w, dtype, levels, nonneg)
+        if not checked or pos.dtype.is_floating_point or not (self._eager_ok(pos) and self._eager_ok(tables)):
+            return super()._exact(pos, tables, w, dtype, levels, nonneg, checked=checked)
         mag, negative = magnitude(pos.reshape(-1), xp=self.xp, wide_int=True)
         c, s = _eager.exact_int(mag, tables, levels if nonneg else LEVELS, _ops(tables.dtype, tables.device))
         if not nonneg and negative is not None:
@@ -298,9 +298,10 @@ class TorchBackend(Backend):
         return c.reshape((*pos.shape, n)), s.reshape((*pos.shape, n))
 
     def _take_rows(self, table: Array, idx: Array) -> Array:
-        if idx.dtype in (torch.int32, torch.int64):
-            return torch.index_select(table, 0, idx)
-        return super()._take_rows(table, idx)
+        # (indices are checked or digits: non-negative; index_select takes int32/int64 only)
+        if idx.dtype not in (torch.int32, torch.int64):
+            idx = idx.to(torch.int64)
+        return torch.index_select(table, 0, idx)
 
     def causal_scan(
         self,

@@ -44,11 +44,15 @@ _LIBRARIES = {
 
 
 def _module(x: object) -> str:
-    return type(x).__module__.split(".", 1)[0]
+    mod = type(x).__module__
+    dot = mod.find(".")  # (not str.split: torch.compile cannot trace it)
+    return mod if dot < 0 else mod[:dot]
 
 
 def is_array(x: object) -> bool:
     """True for an array of any supported library (NumPy scalars included)."""
+    if x is None or isinstance(x, (int, float, list, tuple)):
+        return False
     mod = _module(x)
     if mod == "numpy":
         return isinstance(x, (np.ndarray, np.generic))

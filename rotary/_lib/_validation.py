@@ -156,13 +156,9 @@ def dtype_name(dtype: Any) -> str:
 
 
 def is_floating(xp: Namespace, dtype: Any) -> bool:
-    """Real floating dtypes, bfloat16 included (also NumPy's ``ml_dtypes.bfloat16``)."""
-    try:
-        if xp.isdtype(dtype, "real floating"):
-            return True
-    except Exception:
-        pass
-    return dtype_name(dtype) == "bfloat16"
+    """The floating dtypes rotary computes with: float16, bfloat16 (NumPy's ``ml_dtypes``
+    one too), float32, float64 (not ``longdouble``: rotary would compute it in float64 at best)."""
+    return dtype_name(dtype) in FLOAT_NAMES
 
 
 def is_integral(dtype: Any) -> bool:

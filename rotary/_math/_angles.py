@@ -35,6 +35,7 @@ Max |cos error| against the float64 truth (d=128, base 1e4, all 64 frequencies,
 from __future__ import annotations
 
 import decimal
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -59,8 +60,11 @@ __all__ = [
 DIGIT_BITS = 12
 LEVELS = 3
 RADIX = 1 << DIGIT_BITS
-#: Rows of each level's table: digits ``0 .. 4095``.
-TABLE_ROWS = RADIX
+#: Rows of each level's table: digits ``0 .. 4096`` (a float position's top digit, by floor
+#: division, reaches ``-4096`` just above ``-2**36``).
+TABLE_ROWS = RADIX + 1
+#: Positions are exact for ``|p| < MAX_POSITION``.
+MAX_POSITION = RADIX**LEVELS
 
 #: 2 pi to 110 significant digits, for the exact range reduction of the table steps.
 _TWO_PI = 2 * decimal.Decimal(
@@ -88,7 +92,7 @@ _SPLIT = 64
 
 
 def digit_tables(w: np.ndarray) -> np.ndarray:
-    """Host tables ``cos/sin(d * 4096**level * w)`` for digits ``d = 0 .. 4095``.
+    """Host tables ``cos/sin(d * 4096**level * w)`` for digits ``d = 0 .. 4096``.
 
     Float64, shape ``(LEVELS, 2, TABLE_ROWS, len(w))`` (axis 1: cos, sin; rows contiguous),
     read-only.  Each row ``d = 64 a + b`` is the angle sum of ``a * s64`` and ``b * s1``,
@@ -168,6 +172,7 @@ def exact_cos_sin(
     dtype: DType,
     levels: int = LEVELS,
     nonneg: bool = False,
+    checked: bool = False,
     wide_int: bool = True,
     take: Callable[[Array, Array], Array] | None = None,
 ) -> tuple[Array, Array]:
@@ -175,11 +180,16 @@ def exact_cos_sin(
 
     ``pos``: integer or floating positions (any shape) of ``xp``.  ``tables``:
     :func:`digit_tables` as an array of ``xp`` in ``dtype`` beside ``pos``; ``w``: the
-    frequencies in ``dtype``.  ``|pos|`` is split into digits (and a fractional part), and
-    the sign applied to the sine at the end, so ``p`` and ``-p`` give exactly opposite
-    sines.  ``levels``/``nonneg`` are hints from a caller that checked integer values
-    (below ``4096**levels``, non-negative); ``wide_int``: the device has int64.
-    ``take(table, idx)``: the row gather (default ``xp.take(table, idx, axis=0)``).
+    frequencies in ``dtype``.  Integers: ``|pos|`` is split into digits and the sign applied
+    to the sine at the end, so ``p`` and ``-p`` give exactly opposite sines.  Floats:
+    ``floor(pos)`` is split into digits by floor division (the top one carries the sign)
+    and ``pos - floor(pos)`` added directly, so the derivative in ``pos`` is right
+    everywhere, at 0 too.  ``levels``/``nonneg``/``checked`` are hints from a caller that
+    read the values (below ``4096**levels``, non-negative; finite and ``|pos| < 2**36``);
+    unchecked positions that are not finite or not below ``2**36`` (under ``jax.jit``,
+    ``torch.compile``, Dask, accelerators) give NaN rather than an out-of-range gather.
+    ``wide_int``: the device has int64.  ``take(table, idx)``: the row gather (default
+    ``xp.take(table, idx, axis=0)``).
     """
     if take is None:
 
@@ -188,32 +198,40 @@ def exact_cos_sin(
 
     shape = tuple(pos.shape)
     flat = xp.reshape(pos, (-1,))
-    frac = negative = None
+    frac = negative = top_negative = valid = None
     if is_floating(xp, flat.dtype):
         if dtype_name(flat.dtype) in ("float16", "bfloat16"):
             flat = xp.astype(flat, xp.float32)  # exact
-        negative = flat < 0
-        mag = xp.abs(flat)
-        whole = xp.floor(mag)
-        frac = mag - whole
+        if not checked:
+            valid = xp.abs(flat) < float(MAX_POSITION)  # False for NaN and inf too
+            flat = xp.where(valid, flat, xp.zeros_like(flat))
+        whole = xp.floor(flat)
+        frac = flat - whole
         if frac.dtype != dtype:
             frac = xp.astype(frac, dtype)
         digits = []
         rest = whole
-        for _ in range(LEVELS):
+        for _ in range(LEVELS - 1):
             digits.append(xp.astype(xp.remainder(rest, float(RADIX)), xp.int32))
             rest = xp.floor(rest / RADIX)
+        top_negative = rest < 0
+        digits.append(xp.astype(xp.abs(rest), xp.int32))  # at most 4096: the tables' last row
     else:
         mag, negative = magnitude(flat, xp=xp, wide_int=wide_int)
         if nonneg:
             negative = None
         else:
             levels = LEVELS
+        if not checked and xp.iinfo(mag.dtype).bits > 32:  # 32-bit values are below 2**36
+            valid = mag < MAX_POSITION
+            mag = xp.where(valid, mag, xp.zeros_like(mag))
         digits = int_digits(mag, levels=levels)
     c = s = None
     for level, d in enumerate(digits):
         tc = take(tables[level, 0, ...], d)  # one contiguous table row per position
         ts = take(tables[level, 1, ...], d)
+        if top_negative is not None and level == len(digits) - 1:
+            ts = xp.where(top_negative[:, None], -ts, ts)
         if c is None:
             c, s = tc, ts
         else:
@@ -224,9 +242,12 @@ def exact_cos_sin(
         c, s = c * fc - s * fs, s * fc + c * fs
     if negative is not None:
         s = s * (1.0 - 2.0 * xp.astype(negative, dtype))[:, None]
+    assert c is not None and s is not None  # at least one digit level
+    if valid is not None:
+        nan = xp.full_like(c, math.nan)
+        c, s = xp.where(valid[:, None], c, nan), xp.where(valid[:, None], s, nan)
     # (the width from c, not from w or the tables: under torch.compile(dynamic=True) a
     # constant's shape cannot be read)
-    assert c is not None and s is not None  # at least one digit level
     n = c.shape[-1]
     return xp.reshape(c, (*shape, n)), xp.reshape(s, (*shape, n))
 

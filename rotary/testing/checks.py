@@ -45,7 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from .._lib._compat import to_numpy
+from .._lib._compat import is_array, to_numpy
+from .._lib._validation import check_float
 from . import reference
 from .asserts import eps
 
@@ -209,6 +210,8 @@ class _Ctx:
     def rot(self, x: Any, pos_host: Any) -> np.ndarray:
         """Call ``rotate_fn`` and return its result on the host in float64 (shape checked)."""
         out = self.fn(x, self.positions(pos_host))
+        if not is_array(out):
+            raise _Fail(f"rotate_fn returned a {type(out).__name__}, not an array (of the input's library)")
         h = self.host(out)
         if h.shape != tuple(x.shape):
             raise _Fail(f"rotate_fn returned shape {h.shape} for input shape {tuple(x.shape)}")
@@ -251,7 +254,8 @@ def _shape(ctx: _Ctx) -> tuple[int, int, int, int]:
 
 
 _MATRIX_POS = np.array([0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987])
-_LONG_POS = np.unique(np.round(np.geomspace(2**10, 2**20, 15)).astype(np.int64) | 1)
+# odd positions from 2**10 to 2**20 - 1, and 2**20 itself: within the documented range
+_LONG_POS = np.unique(np.minimum(np.round(np.geomspace(2**10, 2**20, 15)).astype(np.int64) | 1, 2**20 - 1))
 _LONG_POS = np.concatenate([_LONG_POS, [2**20]])[:16]
 
 
@@ -577,6 +581,9 @@ def check_rope(
         raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 4 or head_dim % 2:
         raise ValueError(f"head_dim must be an even integer >= 4, got {head_dim!r}")
+    ulps = check_float(ulps, "ulps", above=0.0)
+    if angle_eps is not None:
+        angle_eps = check_float(angle_eps, "angle_eps", minimum=0.0)
     if not callable(rotate_fn):
         raise TypeError(f"rotate_fn must be callable as rotate_fn(x, pos), got {type(rotate_fn).__name__}")
     names = list(PROPERTIES) if properties is None else list(properties)
