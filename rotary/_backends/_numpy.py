@@ -71,12 +71,25 @@ class NumpyBackend(Backend):
             x = x.astype(c.dtype)
         if rotary_dim == x.shape[-1]:
             if x.nbytes <= _eager.BLOCK_BYTES and layout == "half":
-                out = _rotate_small_half(x, c, s, rotary_dim // 2)
+                S = np.multiply(s[..., None, :], _sign(s.dtype, 0))
+                out = _rotate_small_half(x, c[..., None, :], S, rotary_dim // 2)
             else:
                 out = _rotate_full(x, c, s, layout, rotary_dim // 2)
         else:
             out = _eager.rotate(x, c, s, layout, rotary_dim, _ops(x.dtype))
         return out if out.dtype == out_dtype else out.astype(out_dtype)
+
+    def rotate_both(
+        self, q: Array, k: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int
+    ) -> tuple[Array, Array]:
+        small = rotary_dim == q.shape[-1] and layout == "half" and q.nbytes <= _eager.BLOCK_BYTES
+        if not (small and fast_paths_enabled() and _plain(q, k, c, s) and q.dtype == k.dtype == c.dtype):
+            return super().rotate_both(q, k, c, s, layout=layout, rotary_dim=rotary_dim)
+        if k.nbytes > _eager.BLOCK_BYTES:
+            return super().rotate_both(q, k, c, s, layout=layout, rotary_dim=rotary_dim)
+        h = rotary_dim // 2
+        C, S = c[..., None, :], np.multiply(s[..., None, :], _sign(s.dtype, 0))
+        return _rotate_small_half(q, C, S, h), _rotate_small_half(k, C, S, h)
 
     def _exact(
         self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool, *, checked: bool
@@ -107,14 +120,13 @@ def _sign(dtype: Any, interleaved: int) -> np.ndarray:
     return _SIGNS[np.dtype(dtype)][interleaved]
 
 
-def _rotate_small_half(x: np.ndarray, c: np.ndarray, s: np.ndarray, h: int) -> np.ndarray:
+def _rotate_small_half(x: np.ndarray, C: np.ndarray, S: np.ndarray, h: int) -> np.ndarray:
     """:func:`_rotate_full` for one small block in the half layout (decoding), with the fewest
-    NumPy calls: ``out = x * C + swap(x) * S``, the same operations in the same order."""
-    shp = (*x.shape[:-1], 2, h)
-    xv = x.reshape(shp)
-    out = np.multiply(xv, c[..., None, :])
-    t = np.multiply(xv[..., ::-1, :], np.multiply(s[..., None, :], _sign(s.dtype, 0)))
-    np.add(out, t, out=out)
+    NumPy calls: ``out = x * C + swap(x) * S`` (``C = cos``, ``S = [-sin, sin]`` on a new pair
+    axis), the same operations in the same order."""
+    xv = x.reshape((*x.shape[:-1], 2, h))
+    out = np.multiply(xv, C)
+    np.add(out, np.multiply(xv[..., ::-1, :], S), out=out)
     return out.reshape(x.shape)
 
 
