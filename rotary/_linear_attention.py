@@ -489,7 +489,7 @@ def linear_attention(
     return_state: bool = False,
     key_mask: Array | None = None,
 ) -> Array | tuple[Array, LinearAttentionState]:
-    """RoFormer linear attention with RoPE on the features (paper eq. 19).
+    """RoFormer linear attention with RoPE on the features (equation 19 of the paper).
 
     Parameters
     ----------

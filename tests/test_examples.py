@@ -150,9 +150,6 @@ runpy.run_path({path!r}, run_name="__main__")
     "name, blocked, extra",
     [
         ("decay", ["matplotlib"], ".[plot]"),
-        ("long_context", ["matplotlib"], ".[plot]"),
-        ("linear_attention", ["matplotlib"], ".[plot]"),
-        ("train_tiny", ["torch"], ".[torch]"),
         ("train_tiny", ["torch", "matplotlib"], ".[torch,plot]"),
         ("port_attention", ["jax"], ".[jax]"),
         ("distributed", ["dask"], ".[dask]"),
