@@ -1,8 +1,4 @@
-"""``python3 -m benchmarks [--quick] [--json FILE] [--only SECTION ...]``.
-
-Sections: 1 prefill, 2 decode, 3 tables, 4 hf, 5 linattn.  Prints one table of medians and
-ratios measured in this run; ``--json`` also writes the rows.
-"""
+"""``python3 -m benchmarks [--quick] [--json FILE] [--only SECTION ...]``: see :data:`DESCRIPTION`."""
 
 from __future__ import annotations
 
@@ -15,19 +11,19 @@ import time
 
 SECTIONS = ("prefill", "decode", "tables", "hf", "linattn")
 
+DESCRIPTION = """\
+Time rotary against hand-written RoPE, the copy floor and Hugging Face, and linear
+attention against softmax attention. Sections: prefill, decode, tables (cos/sin
+tables of 128k positions), hf (transformers' apply_rotary_pos_emb), linattn (linear
+attention scaling). Prints one table of medians and ratios measured in this run;
+--json and --markdown also write the rows.
+"""
+
 
 def _linattn(quick: bool, reps: int) -> list:
-    """Item 5: the linear-attention module's own quick run, when it exists on this branch."""
-    try:
-        importlib.import_module("rotary.linear_attention")
-        mod = importlib.import_module("benchmarks.linear_attention")
-    except ImportError as e:
-        return [{"section": "linear attention", "case": f"not available ({e})"}]
-    for name in ("quick_run", "run_quick"):
-        fn = getattr(mod, name, None)
-        if fn is not None:
-            return list(fn())
-    return list(mod.run(quick=True))
+    """The linear-attention benchmark's quick run (its own module, ``benchmarks.linear_attention``)."""
+    mod = importlib.import_module("benchmarks.linear_attention")
+    return list(mod.quick_run())
 
 
 def _set_threads(n: int) -> None:
@@ -48,14 +44,22 @@ def _set_threads(n: int) -> None:
         pass
 
 
+def target_text(r: dict) -> str:
+    """``<= 1.1``, or ``>= 10`` for a row whose target is a lower bound (``"cmp": ">="``)."""
+    if r.get("target") is None:
+        return ""
+    return f"{r.get('cmp', '<=')} {r['target']:g}"
+
+
 def markdown_table(rows: list) -> str:
-    """The rows as a Markdown table (for the README)."""
+    """The rows as a Markdown table (for the docs)."""
     out = ["| section | backend | case | ms | ratio | vs | target |", "|---|---|---|---:|---:|---|---|"]
     for r in rows:
         if "ms" not in r:
             out.append(f"| {r.get('section', '')} | {r.get('backend', '')} | {r.get('case', '')} | | | | |")
             continue
-        tgt = "" if r.get("target") is None else f"<= {r['target']:g} " + ("met" if r["ok"] else "**missed**")
+        verdict = {True: " met", False: " **missed**", None: ""}[r.get("ok")]
+        tgt = target_text(r) + verdict if r.get("target") is not None else ""
         out.append(
             f"| {r['section']} | {r['backend']} | {r['case']} | {_fmt(r['ms'], '.3f')} | "
             f"{_fmt(r['ratio'], '.2f')} | {r['baseline'] or ''} | {tgt} |"
@@ -68,7 +72,9 @@ def _fmt(v: object, spec: str) -> str:
 
 
 def print_table(rows: list) -> None:
-    head = f"{'section':<16} {'backend':<14} {'case':<30} {'ms':>9} {'ratio':>7}  {'vs':<26} {'target':>7} ok"
+    w = max([30] + [len(str(r.get("case", ""))) for r in rows if "ms" in r])
+    head = f"{'section':<16} {'backend':<14} {'case':<{w}} {'ms':>9} {'ratio':>7}  {'vs':<26} {'target':>7}"
+    head += " ok"
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -76,15 +82,20 @@ def print_table(rows: list) -> None:
             print(f"{r.get('section', ''):<16} {r.get('backend', ''):<14} {r.get('case', '')}")
             continue
         ok = {True: "yes", False: "NO", None: ""}[r.get("ok")]
-        tgt = "" if r.get("target") is None else f"<={r['target']:g}"
+        tgt = target_text(r).replace(" ", "")
         print(
-            f"{r['section']:<16} {r['backend']:<14} {r['case']:<30} {_fmt(r['ms'], '9.3f'):>9} "
+            f"{r['section']:<16} {r['backend']:<14} {r['case']:<{w}} {_fmt(r['ms'], '9.3f'):>9} "
             f"{_fmt(r['ratio'], '7.3f'):>7}  {r['baseline'] or '':<26} {tgt:>7} {ok}"
         )
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m benchmarks", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python3 -m benchmarks",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
     p.add_argument("--quick", action="store_true", help="smaller prefill shapes, fewer repetitions")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     p.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")

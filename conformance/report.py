@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import importlib.metadata
 import json
@@ -16,7 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from rotary.testing import ALL_BACKENDS, Backend, available
+
 from .suite import COLUMNS, Cell, backends, run_backend, run_invariants, sub_available
+
+LAYOUTS = ("half", "interleaved")
 
 __all__ = ["environment", "format_report", "main", "run", "write_heatmap"]
 
@@ -43,6 +48,25 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _shadow_note() -> str | None:
+    """A note when the imported ``rotary`` is not the installed distribution's (a checkout in the
+    current directory shadows a regular install), so the report says which one it tested."""
+    import rotary
+
+    here = Path(rotary.__file__).resolve().parent
+    try:
+        dist = importlib.metadata.distribution("rotary")
+    except importlib.metadata.PackageNotFoundError:
+        return "rotary is imported from a folder, not from an installed distribution"
+    installed = Path(str(dist.locate_file("rotary/__init__.py")))
+    if installed.exists() and installed.resolve().parent != here:
+        return (
+            f"this rotary shadows the installed one at {installed.parent} "
+            "(run from another folder to test the installed rotary)"
+        )
+    return None
+
+
 def environment(bks: list) -> dict[str, Any]:
     """Library versions, platform and the device of every backend run."""
     import rotary
@@ -52,7 +76,9 @@ def environment(bks: list) -> dict[str, Any]:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
+        "rotary_version": rotary.__version__,
         "rotary_path": str(Path(rotary.__file__).parent),
+        "rotary_note": _shadow_note(),
         "versions": {d: v for d in _DISTS if (v := _version(d)) is not None},
         "longdouble_eps": float(np.finfo(np.longdouble).eps),
         "devices": {},
@@ -147,7 +173,8 @@ def format_report(rep: dict[str, Any]) -> str:
     v = env["versions"]
     lines = [
         f"rotary conformance report  ({rep['created']}, {rep['seconds']:.1f} s)",
-        f"  rotary {v.get('rotary', '?')} from {env['rotary_path']}",
+        f"  rotary {env.get('rotary_version', v.get('rotary', '?'))} from {env['rotary_path']}",
+        *([f"  note: {env['rotary_note']}"] if env.get("rotary_note") else []),
         f"  python {env['python']} on {env['platform']} ({env['cpu_count']} CPUs)",
         "  " + ", ".join(f"{k} {val}" for k, val in v.items() if k != "rotary"),
         "  devices: " + ", ".join(f"{k}: {d}" for k, d in env["devices"].items()),
@@ -190,6 +217,8 @@ def format_report(rep: dict[str, Any]) -> str:
     npass = sum(c["status"] == "pass" for c in rep["cells"])
     nna = sum(c["status"] == "n/a" for c in rep["cells"])
     verdict = "PASSED" if rep["passed"] else f"FAILED ({rep['n_failed']} failures)"
+    if not rep["backends"]:
+        verdict = "FAILED: no backend ran"
     lines += [
         "",
         f"{len(rep['backends'])} backends, {n} cells: {npass} passed, {n - npass - nna} failed, "
@@ -221,8 +250,7 @@ def write_heatmap(rep: dict[str, Any], path: Path) -> str | None:
             ratio[i, j] = min(u / t, 2.0) if t > 0 else (0.0 if u == 0 else 2.0)
             text[i][j] = _cell_text(cell)
     fig, ax = plt.subplots(figsize=(1.0 + 0.8 * len(cols), 0.8 + 0.32 * len(rows)), dpi=80)
-    cmap = matplotlib.colormaps["RdYlGn_r"].copy()
-    cmap.set_bad("#dddddd")
+    cmap = matplotlib.colormaps["RdYlGn_r"].with_extremes(bad="#dddddd")
     im = ax.imshow(np.ma.masked_invalid(ratio), cmap=cmap, vmin=0.0, vmax=2.0, aspect="auto")
     for i in range(len(rows)):
         for j in range(len(cols)):
@@ -240,35 +268,144 @@ def write_heatmap(rep: dict[str, Any], path: Path) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="python3 -m conformance",
-        description="rotary's conformance suite: every public function on every installed backend and "
-        "dtype against NumPy float64, check_rope's properties, and the golden vectors.",
+        prog="python -m conformance",
+        description="rotary's conformance kit. Without --against: every public function of the installed "
+        "rotary on every installed backend and dtype against NumPy float64, check_rope's properties, and "
+        "the golden vectors. With --against MODULE:FUNCTION: check_rope and the golden vectors on another "
+        "project's RoPE function fn(x, pos).",
+        epilog="Backends: " + ", ".join(b.name for b in ALL_BACKENDS) + ". Exit status 0 when everything "
+        "passes, 1 on a failure, 2 on a usage error.",
+        allow_abbrev=False,
     )
     ap.add_argument("--out", default="conformance-report", help="output folder (default: %(default)s)")
     ap.add_argument(
         "--backends",
         default=None,
-        help="comma-separated backend names (default: $ROTARY_BACKENDS or every installed one)",
+        help="comma-separated backend names (default: $ROTARY_BACKENDS, else every installed one; "
+        "with --against: numpy)",
     )
     ap.add_argument("--quiet", action="store_true", help="print only the verdict")
+    ap.add_argument(
+        "--vectors", action="store_true", help="print where the golden vectors and their format are, and exit"
+    )
+    g = ap.add_argument_group("checking another implementation (--against)")
+    g.add_argument(
+        "--against",
+        metavar="MODULE:FUNCTION",
+        help="check this function instead of rotary: fn(x, pos) with x (batch, heads, seq, head_dim) "
+        "and pos (seq,), arrays of the backend; e.g. mypackage.rope:rotate",
+    )
+    g.add_argument("--layout", choices=LAYOUTS, default="half", help="the pairing it claims (default: half)")
+    g.add_argument("--base", type=float, default=10000.0, help="the RoPE base it claims (default: 10000)")
+    g.add_argument("--head-dim", type=int, default=64, help="head dimension to check (default: 64)")
+    g.add_argument(
+        "--dtypes",
+        default="float32",
+        help="comma-separated float dtypes: float32, float64, float16, bfloat16 (default: float32)",
+    )
+    g.add_argument(
+        "--angle-eps",
+        type=float,
+        default=None,
+        help="relative precision allowed for the angles: 2**-23 (default) accepts float32 angles; "
+        "0 demands exact angles, as rotary guarantees",
+    )
+    g.add_argument(
+        "--cases",
+        default=None,
+        help="comma-separated golden cases to run (default: those of its layout, base and head_dim)",
+    )
+    return ap
+
+
+def _names(ap: argparse.ArgumentParser, value: str, known: list[str], what: str, source: str) -> list[str]:
+    """The comma-separated ``value`` as a list, every name one of ``known`` (else a usage error)."""
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        bad = ", ".join(map(repr, unknown)) or repr(value)
+        ap.error(f"unknown {what} {bad} in {source}; choose from: {', '.join(known)}")
+    return names
+
+
+def _select_backends(ap: argparse.ArgumentParser, value: str | None, source: str) -> list[Backend]:
+    """The backends named (validated), or every installed one; an empty selection is an error."""
+    known = [b.name for b in ALL_BACKENDS]
+    installed = [b.name for b in available("")]
+    if value is None:
+        bks = available("")
+    else:
+        names = _names(ap, value, known, "backend", source)
+        missing = [n for n in names if n not in installed]
+        if missing:
+            ap.error(
+                f"backend {', '.join(map(repr, missing))} ({source}) is not installed or usable here; "
+                f"installed: {', '.join(installed)}"
+            )
+        bks = available(",".join(names))
+    if not bks:
+        ap.error("no backend to run")
+    return bks
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
 
     def progress(msg: str) -> None:
         if not args.quiet:
             print(msg, file=sys.stderr, flush=True)
 
-    progress("running rotary conformance ...")
-    rep = run(args.backends, progress)
-    text = format_report(rep)
+    if args.vectors:
+        from . import vectors
+
+        print(vectors.HERE)
+        print(f"  {len(vectors.index_names())} cases; format: {vectors.HERE / 'README.md'}")
+        return 0
+    if args.against is None:
+        env_value = os.environ.get("ROTARY_BACKENDS") or None
+        source = "--backends" if args.backends is not None else "$ROTARY_BACKENDS"
+        bks = _select_backends(ap, args.backends if args.backends is not None else env_value, source)
+        progress("running rotary conformance ...")
+        rep = run(",".join(b.name for b in bks), progress)
+        text = format_report(rep)
+    else:
+        from .against import format_against, run_against
+        from .vectors import index_names
+
+        bks = _select_backends(ap, args.backends or "numpy", "--backends")
+        dtypes = _names(ap, args.dtypes, ["float32", "float64", "float16", "bfloat16"], "dtype", "--dtypes")
+        cases = None
+        if args.cases is not None:
+            cases = _names(ap, args.cases, index_names(), "golden case", "--cases")
+        for b in bks:
+            has = b.float_dtypes()
+            lacking = [d for d in dtypes if d not in has]
+            if lacking:
+                ap.error(f"backend {b.name} has no {', '.join(lacking)}; it has {', '.join(has)}")
+        if args.head_dim < 4 or args.head_dim % 2:
+            ap.error(f"--head-dim must be an even integer >= 4, got {args.head_dim}")
+        try:
+            rep = run_against(
+                args.against,
+                bks,
+                dtypes=dtypes,
+                layout=args.layout,
+                base=args.base,
+                head_dim=args.head_dim,
+                angle_eps=args.angle_eps,
+                cases=cases,
+            )
+        except ValueError as e:
+            ap.error(str(e))
+        text = format_against(rep)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
+    (out / "report.json").write_text(json.dumps(rep, indent=1, default=str) + "\n")
     (out / "report.txt").write_text(text + "\n")
-    note = write_heatmap(rep, out / "heatmap.png")
+    note = write_heatmap(rep, out / "heatmap.png") if args.against is None else "no heat map with --against"
     files = ["report.txt", "report.json"] + ([] if note else ["heatmap.png"])
     if args.quiet:
         print(text.splitlines()[-1])

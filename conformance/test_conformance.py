@@ -107,3 +107,123 @@ def test_corrupted_golden_vectors_are_caught(tmp_path, monkeypatch):
     assert not res[name]["passed"]
     assert "sha256 mismatch" in res[name]["message"] and "fresh float64" in res[name]["message"]
     assert all(r["passed"] for n, r in res.items() if n != name)
+
+
+# -- the command line ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "argv, env, says",
+    [
+        (["--backends", "bogus"], None, "unknown backend 'bogus' in --backends; choose from: numpy"),
+        (["--backends", "numpy,bogus"], None, "unknown backend 'bogus'"),
+        ([], "bogus", "unknown backend 'bogus' in $ROTARY_BACKENDS"),
+        (["--backends", ","], None, "choose from: numpy"),
+        (["--bogus"], None, "unrecognized arguments: --bogus"),
+        (["--against", "rotary:rotate", "--dtypes", "float8"], None, "unknown dtype 'float8'"),
+        (["--against", "rotary:rotate", "--cases", "nope"], None, "choose from: half_d8_base10"),
+        (["--against", "no_such_module_xyz:f"], None, "cannot import 'no_such_module_xyz'"),
+        (["--against", "rotary:no_such_function"], None, "rotary has no attribute 'no_such_function'"),
+        (["--against", "rotary"], None, "MODULE:FUNCTION"),
+    ],
+)
+def test_usage_errors_name_the_choices(tmp_path, monkeypatch, capsys, argv, env, says):
+    if env is None:
+        monkeypatch.delenv("ROTARY_BACKENDS", raising=False)
+    else:
+        monkeypatch.setenv("ROTARY_BACKENDS", env)
+    with pytest.raises(SystemExit) as exc:
+        report.main([*argv, "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err, err
+    assert "FAILED" not in err and not list(tmp_path.iterdir())
+
+
+def test_backend_not_installed_is_a_usage_error(tmp_path, capsys):
+    missing = [b.name for b in rotary.testing.ALL_BACKENDS if b.name not in {a.name for a in available("")}]
+    if not missing:
+        pytest.skip("every backend is installed here")
+    with pytest.raises(SystemExit) as exc:
+        report.main(["--backends", missing[0], "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"'{missing[0]}' (--backends) is not installed or usable here; installed: numpy" in err
+
+
+_PEER = """
+import numpy as np
+import rotary
+
+
+def interleaved(x, pos):
+    return rotary.rotate(x, pos, layout="interleaved")
+
+
+def float32_recipe(x, pos):  # the common recipe: float32 angles, half layout
+    h = x.shape[-1] // 2
+    inv = (1.0 / 10000.0 ** (np.arange(0, 2 * h, 2, dtype=np.float32) / (2 * h))).astype(np.float32)
+    ang = np.asarray(pos, dtype=np.float32)[:, None] * inv
+    c, s = np.cos(ang).astype(x.dtype), np.sin(ang).astype(x.dtype)
+    x1, x2 = x[..., :h], x[..., h:]
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+def wrong_sign(x, pos):
+    return rotary.rotate(x, -np.asarray(pos))
+"""
+
+
+@pytest.fixture
+def peer(tmp_path, monkeypatch):
+    (tmp_path / "peer_rope_mod.py").write_text(_PEER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "peer_rope_mod"
+
+
+def _against(tmp_path, *argv):
+    rc = report.main(["--against", *argv, "--out", str(tmp_path / "out"), "--quiet"])
+    return rc, json.loads((tmp_path / "out" / "report.json").read_text())
+
+
+def test_against_rotary_itself_with_exact_angles(tmp_path):
+    rc, rep = _against(tmp_path, "rotary:rotate", "--angle-eps", "0", "--dtypes", "float32,float64")
+    assert rc == 0 and rep["passed"], rep
+    assert rep["cases"] == ["half_d64"] and len(rep["runs"]) == 2
+    for run in rep["runs"]:
+        assert run["check_rope"]["passed"] and [g["name"] for g in run["golden"]] == ["half_d64"]
+        assert run["golden"][0]["ulps"] <= 2.0
+
+
+def test_against_picks_the_golden_cases_of_its_layout(tmp_path, peer):
+    rc, rep = _against(tmp_path, f"{peer}:interleaved", "--layout", "interleaved", "--angle-eps", "0")
+    assert rc == 0, rep
+    assert rep["cases"] == ["interleaved_d64", "interleaved_d64_fractional"]
+    rc, rep = _against(tmp_path, f"{peer}:interleaved", "--layout", "half")  # claims the wrong layout
+    results = rep["runs"][0]["check_rope"]["results"]
+    assert rc == 1 and "layout" in [r["name"] for r in results if not r["passed"]]
+    assert not rep["runs"][0]["golden"][0]["passed"]
+
+
+def test_against_float32_angles_pass_only_when_allowed(tmp_path, peer):
+    rc, rep = _against(tmp_path, f"{peer}:float32_recipe")  # default angle_eps: float32 angles allowed
+    assert rc == 0, rep
+    rc, rep = _against(tmp_path, f"{peer}:float32_recipe", "--angle-eps", "0")
+    run = rep["runs"][0]
+    assert rc == 1
+    failed = [r["name"] for r in run["check_rope"]["results"] if not r["passed"]]
+    assert "long_positions" in failed and not run["golden"][0]["passed"]
+    assert "positions off" in run["golden"][0]["message"]
+
+
+def test_against_wrong_sign_fails_with_a_diagnosis(tmp_path, peer):
+    rc, rep = _against(tmp_path, f"{peer}:wrong_sign")
+    run = rep["runs"][0]
+    assert rc == 1
+    assert "rotates by -pos" in run["check_rope"]["results"][0]["message"]
+    assert not run["golden"][0]["passed"]
+
+
+def test_vectors_option_prints_their_folder(capsys):
+    from conformance import vectors
+
+    assert report.main(["--vectors"]) == 0
+    assert str(vectors.HERE) in capsys.readouterr().out

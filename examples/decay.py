@@ -1,6 +1,6 @@
 """Long-term decay: the RoFormer bound on attention scores as the distance grows.
 
-Plots ``rotary.decay_bound`` (rope-math.md section 4: the Abel-summation bound
+Plots ``rotary.decay_bound`` (RoFormer, section 3.4.3: the Abel-summation bound
 ``(1/(d/2)) * sum_j |S_j|`` with ``S_j = sum_{i<j} exp(i (m-n) theta_i)``) against
 the relative distance ``m - n`` for d = 128, base 10000, distances 0..256, and saves
 it as ``decay.png`` in the output folder.
@@ -11,12 +11,28 @@ it as ``decay.png`` in the output folder.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import sys
 import tempfile
 
 import numpy as np
 
 import rotary
+
+#: The optional libraries the examples use, and the extra of ``pyproject.toml`` that installs each.
+EXTRAS = {"matplotlib": "plot", "torch": "torch", "jax": "jax", "dask": "dask", "distributed": "dask"}
+
+
+def require(*modules: str) -> None:
+    """Exit with a message naming the extra to install if a library this example needs is missing."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        extras = ",".join(dict.fromkeys(EXTRAS[m] for m in missing))
+        sys.exit(
+            f"{os.path.basename(__file__)} needs {', '.join(missing)}, not installed here: "
+            f'pip install ".[{extras}]" in the rotary checkout'
+        )
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -26,6 +42,7 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--base", type=float, default=10000.0, help="RoPE base")
     p.add_argument("--max-distance", type=int, default=256, help="largest relative distance")
     args = p.parse_args(argv)
+    require("matplotlib")
     out = args.out or tempfile.mkdtemp(prefix="rotary-decay-")
     os.makedirs(out, exist_ok=True)
 

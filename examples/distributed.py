@@ -16,6 +16,7 @@ Run:  python examples/distributed.py            (a few seconds; writes nothing)
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import sys
@@ -33,6 +34,21 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import numpy as np  # noqa: E402
 
 import rotary  # noqa: E402
+
+#: The optional libraries the examples use, and the extra of ``pyproject.toml`` that installs each.
+EXTRAS = {"matplotlib": "plot", "torch": "torch", "jax": "jax", "dask": "dask", "distributed": "dask"}
+
+
+def require(*modules: str) -> None:
+    """Exit with a message naming the extra to install if a library this example needs is missing."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        extras = ",".join(dict.fromkeys(EXTRAS[m] for m in missing))
+        sys.exit(
+            f"{os.path.basename(__file__)} needs {', '.join(missing)}, not installed here: "
+            f'pip install ".[{extras}]" in the rotary checkout'
+        )
+
 
 COLLECTIVES = ("all-gather", "all-reduce", "collective-permute", "all-to-all", "reduce-scatter")
 
@@ -130,6 +146,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", action="store_true", help="Dask threads instead of a LocalCluster")
     args = parser.parse_args()
+    require("dask", "distributed", "jax")
     dask_demo(use_cluster=not args.threads)
     jax_demo()
 

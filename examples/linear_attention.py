@@ -14,7 +14,9 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -22,6 +24,20 @@ import tracemalloc
 import numpy as np
 
 import rotary
+
+#: The optional libraries the examples use, and the extra of ``pyproject.toml`` that installs each.
+EXTRAS = {"matplotlib": "plot", "torch": "torch", "jax": "jax", "dask": "dask", "distributed": "dask"}
+
+
+def require(*modules: str) -> None:
+    """Exit with a message naming the extra to install if a library this example needs is missing."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        extras = ",".join(dict.fromkeys(EXTRAS[m] for m in missing))
+        sys.exit(
+            f"{os.path.basename(__file__)} needs {', '.join(missing)}, not installed here: "
+            f'pip install ".[{extras}]" in the rotary checkout'
+        )
 
 
 def naive_causal(q, k, v, pos, base=10000.0):
@@ -102,6 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--dim", type=int, default=32, help="head dimension (even)")
     p.add_argument("--repeats", type=int, default=3, help="timing repeats (best of)")
     args = p.parse_args(argv)
+    require("matplotlib")
     out = args.out or tempfile.mkdtemp(prefix="rotary-linear-attention-")
     os.makedirs(out, exist_ok=True)
 
@@ -109,6 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     diffs = check_decoding(args.seq, args.heads, args.dim, piece=max(1, args.seq // 4 + 3))
     print(f"causal RoPE linear attention, {args.heads} heads, N = {args.seq}, d = {args.dim}, float32:")
@@ -130,6 +148,13 @@ def main(argv: list[str] | None = None) -> dict:
     a2.set_ylabel("peak memory (MiB, tracemalloc)")
     for a in (a1, a2):
         a.set_xlabel("sequence length N")
+        # labels at the lengths measured and at 1, 2, 5 x 10^k, none on the minor ticks: the default
+        # minor labels of a log axis spanning less than a decade collide
+        a.set_xticks(lengths, [str(n) for n in lengths])
+        a.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        a.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        a.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        a.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         a.grid(alpha=0.3, which="both")
         a.legend(fontsize=8)
     fig.suptitle(f"causal attention with RoPE, NumPy CPU, {args.heads} heads, d = {args.dim}", fontsize=10)

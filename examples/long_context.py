@@ -17,12 +17,29 @@ position 1 of a 32768-token sequence (so length-dependent scalings are in effect
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import sys
 import tempfile
 
 import numpy as np
 
 import rotary
+
+#: The optional libraries the examples use, and the extra of ``pyproject.toml`` that installs each.
+EXTRAS = {"matplotlib": "plot", "torch": "torch", "jax": "jax", "dask": "dask", "distributed": "dask"}
+
+
+def require(*modules: str) -> None:
+    """Exit with a message naming the extra to install if a library this example needs is missing."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        extras = ",".join(dict.fromkeys(EXTRAS[m] for m in missing))
+        sys.exit(
+            f"{os.path.basename(__file__)} needs {', '.join(missing)}, not installed here: "
+            f'pip install ".[{extras}]" in the rotary checkout'
+        )
+
 
 HEAD_DIM, BASE, L0, FACTOR = 128, 10000.0, 4096, 8
 
@@ -78,6 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--max-log2", type=int, default=24, help="positions up to 2**max_log2")
     p.add_argument("--per-octave", type=int, default=256, help="random positions per octave")
     args = p.parse_args(argv)
+    require("matplotlib")
     out = args.out or tempfile.mkdtemp(prefix="rotary-long-context-")
     os.makedirs(out, exist_ok=True)
 

@@ -19,10 +19,27 @@ import argparse
 import functools
 import importlib.util
 import math
+import os
+import sys
 
 import numpy as np
 
 import rotary
+
+#: The optional libraries the examples use, and the extra of ``pyproject.toml`` that installs each.
+EXTRAS = {"matplotlib": "plot", "torch": "torch", "jax": "jax", "dask": "dask", "distributed": "dask"}
+
+
+def require(*modules: str) -> None:
+    """Exit with a message naming the extra to install if a library this example needs is missing."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        extras = ",".join(dict.fromkeys(EXTRAS[m] for m in missing))
+        sys.exit(
+            f"{os.path.basename(__file__)} needs {', '.join(missing)}, not installed here: "
+            f'pip install ".[{extras}]" in the rotary checkout'
+        )
+
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, BASE = 64, 4, 2, 16, 10000.0
 
@@ -182,6 +199,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         help="llama: transformers' LlamaAttention; tiny: the self-contained module; auto: llama if installed",
     )
     args = p.parse_args(argv)
+    require("torch", "jax")
 
     import jax.numpy as jnp
     import torch

@@ -21,14 +21,31 @@ curves saved as ``train_tiny.png``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
+import sys
 import tempfile
 import time
 
 import numpy as np
 
 import rotary
+
+#: The optional libraries the examples use, and the extra of ``pyproject.toml`` that installs each.
+EXTRAS = {"matplotlib": "plot", "torch": "torch", "jax": "jax", "dask": "dask", "distributed": "dask"}
+
+
+def require(*modules: str) -> None:
+    """Exit with a message naming the extra to install if a library this example needs is missing."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        extras = ",".join(dict.fromkeys(EXTRAS[m] for m in missing))
+        sys.exit(
+            f"{os.path.basename(__file__)} needs {', '.join(missing)}, not installed here: "
+            f'pip install ".[{extras}]" in the rotary checkout'
+        )
+
 
 VARIANTS = ("sinusoidal", "rope", "rope-linear", "sinusoidal-linear")
 
@@ -123,6 +140,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {VARIANTS}")
     args = p.parse_args(argv)
+    require("torch", "matplotlib")
     out = args.out or tempfile.mkdtemp(prefix="rotary-train-tiny-")
     os.makedirs(out, exist_ok=True)
     variants = [v for v in args.variants.split(",") if v]

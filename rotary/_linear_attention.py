@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, overload
 
 from ._backends import Backend, backend_for
 from ._lib import _validation as chk
@@ -410,6 +410,68 @@ def _core(
     return out, st.S, st.z
 
 
+# The return type follows ``return_state`` (an array, or the array and the state), so that
+# callers' type checkers see an array where they index or compute the result.
+@overload
+def linear_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    pos: Any = None,
+    *,
+    rope: RotaryEmbedding | None = None,
+    k_pos: Any = None,
+    causal: bool = False,
+    feature_map: FeatureMapName | Callable[[Array], Array] | None = None,
+    similarity: Similarity = "dot",
+    eps: float = 1e-6,
+    chunk_size: int | None = None,
+    state: LinearAttentionState | None = None,
+    return_state: Literal[False] = False,
+    key_mask: Array | None = None,
+) -> Array: ...
+
+
+@overload
+def linear_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    pos: Any = None,
+    *,
+    rope: RotaryEmbedding | None = None,
+    k_pos: Any = None,
+    causal: bool = False,
+    feature_map: FeatureMapName | Callable[[Array], Array] | None = None,
+    similarity: Similarity = "dot",
+    eps: float = 1e-6,
+    chunk_size: int | None = None,
+    state: LinearAttentionState | None = None,
+    return_state: Literal[True],
+    key_mask: Array | None = None,
+) -> tuple[Array, LinearAttentionState]: ...
+
+
+@overload
+def linear_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    pos: Any = None,
+    *,
+    rope: RotaryEmbedding | None = None,
+    k_pos: Any = None,
+    causal: bool = False,
+    feature_map: FeatureMapName | Callable[[Array], Array] | None = None,
+    similarity: Similarity = "dot",
+    eps: float = 1e-6,
+    chunk_size: int | None = None,
+    state: LinearAttentionState | None = None,
+    return_state: bool,
+    key_mask: Array | None = None,
+) -> Array | tuple[Array, LinearAttentionState]: ...
+
+
 def linear_attention(
     q: Array,
     k: Array,
@@ -427,7 +489,7 @@ def linear_attention(
     return_state: bool = False,
     key_mask: Array | None = None,
 ) -> Array | tuple[Array, LinearAttentionState]:
-    """RoFormer linear attention with RoPE on the features (paper eq. 19).
+    """RoFormer linear attention with RoPE on the features (equation 19 of the paper).
 
     Parameters
     ----------

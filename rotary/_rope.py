@@ -355,10 +355,10 @@ class RoPE(Rotary):
         return cls.from_config(_hfconfig.rope_config(config, angles=angles, layer_type=layer_type))
 
     # -- configuration -------------------------------------------------------------------------
-    head_dim = property(lambda self: self.config.head_dim, doc="Features per head.")
+    head_dim = property(lambda self: self.config.head_dim, doc="Features per head.")  # pyright: ignore[reportAssignmentType]
     rotary_dim = property(lambda self: self.config.rotary_dim, doc="Rotated features per head.")
     base = property(lambda self: self.config.base, doc="The RoPE base.")
-    layout = property(lambda self: self.config.layout, doc="The pair layout.")
+    layout = property(lambda self: self.config.layout, doc="The pair layout.")  # pyright: ignore[reportAssignmentType]
     scaling = property(lambda self: self.config.scaling, doc="The context-extension scaling.")
     angles = property(lambda self: self.config.angles, doc="The angle method.")
     partial = property(lambda self: self.config.partial, doc="How rotary_dim < head_dim is read.")

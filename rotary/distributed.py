@@ -116,7 +116,8 @@ def causal_linear_attention_dask(
             raise ValueError(f"{name} must be an array of shape (..., seq, features), got {type(a).__name__}")
         if library_name(array_namespace(a)) != "dask":
             n = a.shape[-2]
-            a = da.from_array(a, chunks=(*a.shape[:-2], chunks or max(1, -(-n // 4)), a.shape[-1]))
+            seq_chunks = (*a.shape[:-2], chunks or max(1, -(-n // 4)), a.shape[-1])
+            a = da.from_array(a, chunks=seq_chunks)  # pyright: ignore[reportArgumentType]
         elif chunks is not None:
             a = a.rechunk({a.ndim - 2: chunks})
         arrays.append(a)

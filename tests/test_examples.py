@@ -134,3 +134,41 @@ def test_train_tiny(tmp_path):
     assert _pngs(tmp_path) == ["train_tiny.png"]
     assert set(curves) == {"sinusoidal", "rope", "rope-linear", "sinusoidal-linear"}
     assert all(len(c) == 3 and np.isfinite(c).all() for c in curves.values())
+
+
+# -- a missing extra: a message naming it, not a traceback ----------------------------------------
+_BLOCK = """
+import runpy, sys
+for m in {blocked!r}:
+    sys.modules[m] = None  # as if not installed: importing it raises, find_spec returns None
+sys.argv = [{path!r}, *{args!r}]
+runpy.run_path({path!r}, run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize(
+    "name, blocked, extra",
+    [
+        ("decay", ["matplotlib"], ".[plot]"),
+        ("train_tiny", ["torch", "matplotlib"], ".[torch,plot]"),
+        ("port_attention", ["jax"], ".[jax]"),
+        ("distributed", ["dask"], ".[dask]"),
+    ],
+)
+def test_missing_extra_is_named(tmp_path, name, blocked, extra):
+    import subprocess
+
+    path = str(EXAMPLES / f"{name}.py")
+    code = _BLOCK.format(
+        blocked=blocked, path=path, args=["--out", str(tmp_path)] if name != "distributed" else []
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")]),
+    }
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+    assert f"{name}.py needs {', '.join(blocked)}, not installed here" in res.stderr
+    assert f'pip install "{extra}"' in res.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -63,11 +63,20 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def index() -> dict[str, Any]:
+    """``index.json``: the format version and every case's parameters and checksum."""
+    return json.loads(INDEX.read_text())
+
+
+def index_names() -> list[str]:
+    """The names of the stored cases."""
+    return [e["name"] for e in index()["cases"]]
+
+
 def load() -> list[dict[str, Any]]:
     """Every case: its index entry plus its arrays (``x``, ``pos``, ``theta``, ``cos``, ``sin``, ``out``)."""
-    index = json.loads(INDEX.read_text())
     out = []
-    for entry in index["cases"]:
+    for entry in index()["cases"]:
         with np.load(HERE / entry["file"]) as f:
             arrays = {k: f[k] for k in f.files}
         out.append({**entry, **arrays})
@@ -80,9 +89,9 @@ def verify() -> list[dict[str, Any]]:
     Returns one dict per case: ``name``, ``passed``, ``max_ulps`` (float64 ulps, relative to
     ``max(1, |value|)``) and ``message``.
     """
-    index = json.loads(INDEX.read_text())
+    idx = index()
     results = []
-    stored_names = [e["name"] for e in index["cases"]]
+    stored_names = [e["name"] for e in idx["cases"]]
     for name in CASES:
         if name not in stored_names:
             results.append(
@@ -93,7 +102,7 @@ def verify() -> list[dict[str, Any]]:
                     "message": "missing from index.json: run conformance/vectors/generate.py",
                 }
             )
-    for entry in index["cases"]:
+    for entry in idx["cases"]:
         path = HERE / entry["file"]
         msgs = []
         if sha256(path) != entry["sha256"]:

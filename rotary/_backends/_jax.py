@@ -23,7 +23,7 @@ __all__ = ["JaxBackend"]
 
 
 def _tracer(x: Any) -> bool:
-    return isinstance(x, jax.core.Tracer)
+    return isinstance(x, jax.core.Tracer)  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def _tracing() -> bool:
@@ -64,10 +64,11 @@ class JaxBackend(Backend):
         return super().positions(self._stacked(pos), name=name, device=device)
 
     def has_int64(self, device: Device) -> bool:
-        return bool(jax.config.jax_enable_x64)
+        return bool(jax.config.jax_enable_x64)  # pyright: ignore[reportAttributeAccessIssue]
 
     def float_dtypes(self, device: Device) -> set[str]:
-        return {"float16", "bfloat16", "float32", *(("float64",) if jax.config.jax_enable_x64 else ())}
+        x64 = jax.config.jax_enable_x64  # pyright: ignore[reportAttributeAccessIssue]
+        return {"float16", "bfloat16", "float32", *(("float64",) if x64 else ())}
 
     def check_devices(self, arrays: list[tuple[str, Array]]) -> None:
         from .._lib._validation import check_same_device

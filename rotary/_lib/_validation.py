@@ -191,7 +191,7 @@ def check_known_dim(n: Any, name: str) -> int:
             f"{name} has an unknown length; rotary needs it known "
             "(for Dask, call .compute_chunk_sizes() first)"
         )
-    return n
+    return n  # pyright: ignore[reportReturnType]  (an int here: a known length)
 
 
 def check_head_array(x: Any, xp: Namespace, name: str, head_dim: int) -> None:

@@ -174,7 +174,7 @@ def exact_cos_sin(
     nonneg: bool = False,
     checked: bool = False,
     wide_int: bool = True,
-    take: Callable[[Array, Array], Array] | None = None,
+    take: Callable[[Array, Array], Array] | None = None,  # pyright: ignore[reportRedeclaration]
 ) -> tuple[Array, Array]:
     """Exact-method cos and sin of ``pos[..., None] * w``, shape ``pos.shape + (len(w),)``.
 

@@ -25,7 +25,7 @@ _CTX = decimal.Context(prec=40)
 
 
 def inv_freq(dim: int, base: float = 10000.0) -> np.ndarray:
-    """Inverse frequencies ``theta_i = base**(-2i/dim)``, ``i = 0 .. dim/2 - 1``, float64.
+    """Inverse frequencies ``theta_i = base**(-2i/dim)`` for ``i`` in ``0, ..., dim/2 - 1``, float64.
 
     Each value is ``base**(-2i/dim)`` correctly rounded to float64 (computed with 40-digit
     decimal arithmetic), identical on every platform.

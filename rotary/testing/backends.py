@@ -104,12 +104,12 @@ class Backend:
             if not arr.ndim:
                 return da.from_array(arr)
             chunks = (*(max(1, s // 2) for s in arr.shape[:-1]), arr.shape[-1])
-            return da.from_array(arr, chunks=chunks)
+            return da.from_array(arr, chunks=chunks)  # pyright: ignore[reportArgumentType]
         if dtype == "bfloat16":
             return self.xp.astype(
                 self.xp.asarray(a.astype(np.float32), device=self.device), self.dtype("bfloat16")
             )
-        return self.xp.asarray(a, dtype=self.dtype(dtype), device=self.device)
+        return self.xp.asarray(a, dtype=self.dtype(dtype), device=self.device)  # pyright: ignore[reportArgumentType]
 
     def to_numpy(self, x: Any) -> np.ndarray:
         """Host NumPy copy of an array of this backend (bfloat16 widened to float32)."""
@@ -206,7 +206,7 @@ def _installed(b: Backend) -> bool:
 def _jax_x64() -> bool:
     import jax
 
-    return bool(jax.config.jax_enable_x64)
+    return bool(jax.config.jax_enable_x64)  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def available(names: str | None = None) -> list[Backend]:
