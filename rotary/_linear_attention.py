@@ -577,7 +577,9 @@ def linear_attention(
         S0 = z0 = None
         off0 = 0
     n = q.shape[-2]
-    size = max(1, min(n, 128 if chunk_size is None else chunk_size))
+    size = 128 if chunk_size is None else chunk_size
+    if not pr.be.tracing():  # n may be symbolic under a trace (dynamic shapes, jax.export)
+        size = max(1, min(n, size))
     core = pr.be.jit(_core, (0, 1, 2, 3, 4, 5))
     out, S, z = core(plan, causal, size, pr.be, pr.dev, q.dtype, pr.chunk, S0, z0)
     if not return_state:

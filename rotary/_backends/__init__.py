@@ -25,9 +25,9 @@ def _make(xp: Namespace) -> Backend:
 
         return NumpyBackend(xp)
     if lib == "torch":
-        from ._torch import TorchBackend
+        from ._torch import TORCH
 
-        return TorchBackend(xp)
+        return TORCH
     if lib == "jax":
         from ._jax import JaxBackend
 
@@ -46,6 +46,12 @@ def _make(xp: Namespace) -> Backend:
 def backend_for(xp: Namespace) -> Backend:
     """The backend of namespace ``xp`` (one instance per library)."""
     name = xp.__name__
+    if name == "array_api_compat.torch":
+        # Served without the registry: ``torch.compile`` guards on every dict it reads, so a
+        # registry filled by the first (compiled) call would force one recompile.
+        from ._torch import TORCH
+
+        return TORCH
     be = _BACKENDS.get(name)
     if be is None:
         be = _BACKENDS[name] = _make(xp)

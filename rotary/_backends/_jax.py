@@ -17,7 +17,7 @@ from .._lib._cache import fast_paths_enabled, get_or_build
 from .._lib._typing import Array, Device, DType, Layout
 from .._math import _linear
 from ._generic import Backend, ConstantBuilder
-from ._scan import _pad_seq
+from ._scan import _pad_seq, batched_causal_scan
 
 __all__ = ["JaxBackend"]
 
@@ -124,6 +124,10 @@ class JaxBackend(Backend):
         data (a replicated initial state would not match a sharded one under ``jit``).
         """
         n = chunks.a.shape[-2]
+        if not isinstance(n, int):  # symbolic length (jax.export): the loop-free form
+            return batched_causal_scan(
+                chunks, init, size=size, eps=eps, device=device, out_dtype=out_dtype, xp=jnp
+            )
         if n <= 2 * size:
             return super().causal_scan(chunks, init, size=size, eps=eps, device=device, out_dtype=out_dtype)
         first = _linear.Chunk(*(t[..., :size, :] for t in chunks))

@@ -10,6 +10,8 @@ every length.  Extra working memory: the chunk states, ``N / C`` of ``F x d_v`` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .._lib._typing import Array, Device, DType, Namespace
 from .._math import _linear
 
@@ -17,10 +19,15 @@ __all__ = ["batched_causal_scan"]
 
 
 def _pad_seq(x: Array, pad: int, xp: Namespace) -> Array:
-    if isinstance(pad, int) and pad == 0:
-        return x
+    # no shortcut for pad == 0: under a trace with dynamic shapes it would add a guard
     zeros = xp.zeros((*x.shape[:-2], pad, x.shape[-1]), dtype=x.dtype, device=_dev(x))
     return xp.concat([x, zeros], axis=-2)
+
+
+def _zero_chunk(x: Array, axis: int, xp: Namespace) -> Array:
+    shape = list(x.shape)
+    shape[axis] = 1
+    return xp.zeros(tuple(shape), dtype=x.dtype, device=_dev(x))
 
 
 def _dev(x: Array) -> Device:
@@ -36,27 +43,31 @@ def batched_causal_scan(
     device: Device,
     out_dtype: DType,
     xp: Namespace,
+    cumsum: Callable[[Array, int], Array] | None = None,
 ) -> tuple[Array, _linear.State]:
+    """``cumsum(x, axis)``: the library's own, where ``xp.cumulative_sum`` is a wrapper a
+    tracer should not see (array-api-compat's torch one looks up the namespace, lru-cached)."""
     n = chunks.a.shape[-2]
-    pad = (-n) % size
-    m = (n + pad) // size
+    m = (n + size - 1) // size  # (this form lets jax.export see m >= 1)
+    pad = m * size - n
     parts = []
     for t in chunks:
         t = _pad_seq(t, pad, xp)
         parts.append(xp.reshape(t, (*t.shape[:-2], m, size, t.shape[-1])))
     ch = _linear.Chunk(*parts)
     st = _linear.chunk_state(ch, xp)  # (..., m, F, dv), (..., m, F)
-    S_incl = xp.cumulative_sum(st.S, axis=-3)
-    z_incl = xp.cumulative_sum(st.z, axis=-2)
+    S_incl = xp.cumulative_sum(st.S, axis=-3) if cumsum is None else cumsum(st.S, -3)
+    z_incl = xp.cumulative_sum(st.z, axis=-2) if cumsum is None else cumsum(st.z, -2)
+    # exclusive: one zero chunk in front, the last dropped (shapes 1 + m - 1, symbolic-safe)
     prefix = _linear.State(
-        xp.concat([xp.zeros_like(S_incl[..., :1, :, :]), S_incl[..., :-1, :, :]], axis=-3),
-        xp.concat([xp.zeros_like(z_incl[..., :1, :]), z_incl[..., :-1, :]], axis=-2),
+        xp.concat([_zero_chunk(S_incl, -3, xp), S_incl], axis=-3)[..., :-1, :, :],
+        xp.concat([_zero_chunk(z_incl, -2, xp), z_incl], axis=-2)[..., :-1, :],
     )
     if init is not None:
         prefix = _linear.State(
             prefix.S + xp.expand_dims(init.S, axis=-3), prefix.z + xp.expand_dims(init.z, axis=-2)
         )
-    out = _linear.chunk_output(ch, prefix, eps, xp, device)  # (..., m, C, dv)
+    out = _linear.chunk_output(ch, prefix, eps, xp, device, cumsum)  # (..., m, C, dv)
     out = xp.reshape(out, (*out.shape[:-3], m * size, out.shape[-1]))[..., :n, :]
     if out.dtype != out_dtype:
         out = xp.astype(out, out_dtype)

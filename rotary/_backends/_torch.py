@@ -315,6 +315,16 @@ class TorchBackend(Backend):
     ) -> tuple[Array, _linear.State]:
         if torch.compiler.is_compiling():
             return batched_causal_scan(
-                chunks, init, size=size, eps=eps, device=device, out_dtype=out_dtype, xp=self.xp
+                chunks,
+                init,
+                size=size,
+                eps=eps,
+                device=device,
+                out_dtype=out_dtype,
+                xp=self.xp,
+                cumsum=lambda x, axis: torch.cumsum(x, dim=axis),
             )
         return super().causal_scan(chunks, init, size=size, eps=eps, device=device, out_dtype=out_dtype)
+
+
+TORCH = TorchBackend(torch_xp)  # the one instance (see ``backend_for``)

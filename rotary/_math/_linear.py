@@ -128,16 +128,24 @@ def attend(a: Array, c: Array, st: State, eps: float, xp: Namespace) -> Array:
     return _divide(xp.matmul(a, st.S), xp.sum(c * st.z[..., None, :], axis=-1), eps, xp)
 
 
-def chunk_output(ch: Chunk, prefix: State | None, eps: float, xp: Namespace, device: Device) -> Array:
+def chunk_output(
+    ch: Chunk,
+    prefix: State | None,
+    eps: float,
+    xp: Namespace,
+    device: Device,
+    cumsum: Callable[[Array, int], Array] | None = None,
+) -> Array:
     """Causal outputs of the queries of ``ch``: the keys of ``ch`` up to each query (masked
-    quadratic form) plus every key summarised in ``prefix`` (``None``: no earlier keys)."""
+    quadratic form) plus every key summarised in ``prefix`` (``None``: no earlier keys).
+    ``cumsum(x, axis)`` replaces ``xp.cumulative_sum`` (see ``batched_causal_scan``)."""
     n = ch.a.shape[-2]
     idx = xp.arange(n, device=device)
     tri = idx[:, None] >= idx[None, :]
     scores = xp.matmul(ch.a, xp.matrix_transpose(ch.b))
     scores = xp.where(tri, scores, xp.zeros_like(scores))
     num = xp.matmul(scores, ch.v)
-    zc = xp.cumulative_sum(ch.e, axis=-2)
+    zc = xp.cumulative_sum(ch.e, axis=-2) if cumsum is None else cumsum(ch.e, -2)
     if prefix is not None:
         num = num + xp.matmul(ch.a, prefix.S)
         zc = zc + prefix.z[..., None, :]

@@ -1,0 +1,223 @@
+"""Deployment doors: torch.compile (static and dynamic), torch.export, ONNX and jax.export.
+
+Each exported or compiled program is run at shapes other than the ones it was traced with and
+compared with the float64 oracle; eager calls after tracing must stay real.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rotary
+from rotary.testing import assert_close, reference
+
+SEQS = (5, 9, 16, 23, 40)
+
+# a traced lru_cache (array-api-compat's namespace lookup) is a potential silent-staleness risk
+pytestmark = pytest.mark.filterwarnings("error:Dynamo detected a call to a `functools.lru_cache`")
+
+
+def _x(rng, shape):
+    return rng.normal(size=shape).astype(np.float32)
+
+
+def _counting_backend(graphs):
+    """A torch.compile backend that records every graph dynamo hands it (one per (re)compile)."""
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    return backend
+
+
+# -- the functions under test: each takes (q, k, v, pos) torch tensors of shape (b, h, n, d) ----
+def _apply(q, k, v, pos):
+    return rotary.apply(q, k, pos, layout="interleaved", base=5000.0)
+
+
+def _rotate(q, k, v, pos):
+    return rotary.rotate(q, pos, rotary_dim=8)
+
+
+_ROPE = rotary.RoPE(16, base=777.0, scaling=rotary.YaRN(factor=4.0, original_max_position_embeddings=32))
+_MROPE = rotary.MRoPE(16, sections=(2, 3, 3))
+
+
+def _rope(q, k, v, pos):
+    return _ROPE.apply(q, k, pos)
+
+
+def _mrope(q, k, v, pos):
+    import torch
+
+    rows = torch.stack([pos, pos // 2, pos % 3])  # (3, n): a position per row
+    return _MROPE.apply(q, k, rows)
+
+
+def _linear_causal(q, k, v, pos):
+    return rotary.linear_attention(q, k, v, pos, causal=True, chunk_size=4)
+
+
+def _linear(q, k, v, pos):
+    return rotary.linear_attention(q, k, v, pos, causal=False)
+
+
+def _expected(name, q, k, v, pos):
+    q, k, v, pos = (np.asarray(t.numpy(), dtype=np.float64) for t in (q, k, v, pos))
+    if name == "apply":
+        return reference.rotate(q, pos, layout="interleaved", base=5000.0), reference.rotate(
+            k, pos, layout="interleaved", base=5000.0
+        )
+    if name == "rotate":
+        return (reference.rotate(q, pos, rotary_dim=8),)
+    return None  # the others: against the same call made eagerly (itself oracle-tested)
+
+
+FUNCS = {
+    "apply": _apply,
+    "rotate": _rotate,
+    "rope": _rope,
+    "mrope": _mrope,
+    "linear_causal": _linear_causal,
+    "linear": _linear,
+}
+
+
+@pytest.mark.parametrize("dynamic", [True, None], ids=["dynamic", "automatic"])
+@pytest.mark.parametrize("name", list(FUNCS))
+def test_torch_compile_fullgraph_recompiles_at_most_once(name, dynamic, rng):
+    """No graph break (fullgraph), and at most one recompile over five sequence lengths."""
+    torch = pytest.importorskip("torch")
+    torch._dynamo.reset()
+    graphs: list = []
+    fn = FUNCS[name]
+    compiled = torch.compile(fn, fullgraph=True, dynamic=dynamic, backend=_counting_backend(graphs))
+    for n in SEQS:
+        q, k, v = (torch.from_numpy(_x(rng, (2, 3, n, 16))) for _ in range(3))
+        pos = torch.arange(n) + 3 * n
+        got = compiled(q, k, v, pos)
+        got = got if isinstance(got, tuple) else (got,)
+        want = _expected(name, q, k, v, pos)
+        if want is None:
+            want = fn(q, k, v, pos)
+            want = want if isinstance(want, tuple) else (want,)
+        for g, w in zip(got, want, strict=True):
+            assert_close(g, w, dtype="float32", scale=4 if name.startswith("linear") else 1)
+    assert len(graphs) <= (1 if dynamic else 2), f"{len(graphs)} graphs for {len(SEQS)} sequence lengths"
+
+
+def test_torch_compile_inductor_dynamic(rng):
+    """The real compiler (inductor) with dynamic shapes."""
+    torch = pytest.importorskip("torch")
+    f = torch.compile(_ROPE.apply, fullgraph=True, dynamic=True)
+    for n in (7, 19):
+        q, k = (torch.from_numpy(_x(rng, (1, 2, n, 16))) for _ in range(2))
+        pos = torch.arange(n)
+        for g, w in zip(f(q, k, pos), _ROPE.apply(q, k, pos), strict=True):
+            assert_close(g, w, dtype="float32")
+
+
+# -- torch.export --------------------------------------------------------------------------------
+def _module(torch):
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rope = rotary.RoPE(16, base=1234.5, layout="interleaved", rotary_dim=12)
+
+        def forward(self, q, k, pos):
+            qr, kr = self.rope.apply(q, k, pos)
+            return qr + 0.5 * kr
+
+    return Block()
+
+
+def _block_ref(q, k, pos):
+    kw = dict(base=1234.5, layout="interleaved", rotary_dim=12)
+    return reference.rotate(q, pos, **kw) + 0.5 * reference.rotate(k, pos, **kw)
+
+
+def _inputs(torch, rng, b, n):
+    q, k = (torch.from_numpy(_x(rng, (b, 2, n, 16))) for _ in range(2))
+    return q, k, torch.arange(n) + 100
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+@pytest.mark.parametrize("dims", ["static", "seq", "batch+seq"])
+def test_torch_export(dims, strict, rng):
+    torch = pytest.importorskip("torch")
+    m = _module(torch)
+    args = _inputs(torch, rng, 2, 6)
+    dynamic_shapes = None
+    if dims != "static":
+        seq = torch.export.Dim("seq", min=2, max=512)
+        batch = torch.export.Dim("batch", min=1, max=64) if dims == "batch+seq" else None
+        qs = {0: batch, 2: seq} if batch is not None else {2: seq}
+        dynamic_shapes = (qs, qs, {0: seq})
+    ep = torch.export.export(m, args, dynamic_shapes=dynamic_shapes, strict=strict)
+    shapes = [(2, 6)] if dims == "static" else [(2, 6), (2, 13), (1 if batch else 2, 40)]
+    for b, n in shapes:
+        q, k, pos = _inputs(torch, rng, b, n)
+        assert_close(ep.module()(q, k, pos), _block_ref(q.numpy(), k.numpy(), pos.numpy()), dtype="float32")
+    out = m(*args)  # eager after export: real tensors, right numbers
+    assert type(out) is torch.Tensor
+    assert_close(out, _block_ref(*(a.numpy() for a in args)), dtype="float32")
+
+
+def test_onnx_export_runs_in_onnxruntime(rng, tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")
+    ort = pytest.importorskip("onnxruntime")
+    m = _module(torch).eval()
+    seq = torch.export.Dim("seq", min=2, max=512)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    qs = {0: batch, 2: seq}
+    path = tmp_path / "rope.onnx"
+    torch.onnx.export(
+        m,
+        _inputs(torch, rng, 2, 6),
+        str(path),
+        dynamo=True,
+        input_names=["q", "k", "pos"],
+        dynamic_shapes=(qs, qs, {0: seq}),
+        verbose=False,
+    )
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for b, n in ((2, 6), (1, 17), (3, 64)):
+        q, k, pos = _inputs(torch, rng, b, n)
+        (got,) = session.run(None, {"q": q.numpy(), "k": k.numpy(), "pos": pos.numpy()})
+        assert_close(got, _block_ref(q.numpy(), k.numpy(), pos.numpy()), dtype="float32")
+
+
+# -- jax.export ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["rope", "linear_causal"])
+def test_jax_export_symbolic_batch_and_seq(name, rng):
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    from jax import export
+
+    if name == "rope":
+
+        def f(q, k, pos):
+            qr, kr = rotary.apply(q, k, pos, layout="interleaved", base=1234.5, rotary_dim=12)
+            return qr + 0.5 * kr
+
+        def want(q, k, pos):
+            return _block_ref(q, k, pos)
+    else:
+
+        def f(q, k, pos):
+            return rotary.linear_attention(q, k, k, pos, causal=True, chunk_size=4)
+
+        def want(q, k, pos):
+            return rotary.linear_attention(q, k, k, pos, causal=True, chunk_size=4)  # eager NumPy
+
+    b, n = export.symbolic_shape("b, n")
+    spec = jax.ShapeDtypeStruct((b, 2, n, 16), jnp.float32)
+    exported = export.export(jax.jit(f))(spec, spec, jax.ShapeDtypeStruct((n,), jnp.int32))
+    restored = export.deserialize(exported.serialize())
+    for bb, nn in ((1, 5), (3, 12), (2, 33)):
+        q, k = _x(rng, (bb, 2, nn, 16)), _x(rng, (bb, 2, nn, 16))
+        pos = np.arange(nn, dtype=np.int32) + 100
+        assert_close(restored.call(q, k, pos), want(q, k, pos), dtype="float32", scale=4)
