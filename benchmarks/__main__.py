@@ -51,18 +51,27 @@ def target_text(r: dict) -> str:
     return f"{r.get('cmp', '<=')} {r['target']:g}"
 
 
+def floor_target_text(r: dict) -> str:
+    return "" if r.get("floor_target") is None else f"<= {r['floor_target']:g}"
+
+
 def markdown_table(rows: list) -> str:
     """The rows as a Markdown table (for the docs)."""
-    out = ["| section | backend | case | ms | ratio | vs | target |", "|---|---|---|---:|---:|---|---|"]
+    out = [
+        "| section | backend | case | ms | ratio | vs | target | x floor | floor target | met |",
+        "|---|---|---|---:|---:|---|---|---:|---|---|",
+    ]
     for r in rows:
         if "ms" not in r:
-            out.append(f"| {r.get('section', '')} | {r.get('backend', '')} | {r.get('case', '')} | | | | |")
+            out.append(
+                f"| {r.get('section', '')} | {r.get('backend', '')} | {r.get('case', '')} |" + " |" * 7
+            )
             continue
-        verdict = {True: " met", False: " **missed**", None: ""}[r.get("ok")]
-        tgt = target_text(r) + verdict if r.get("target") is not None else ""
+        verdict = {True: "met", False: "**missed**", None: ""}[r.get("ok")]
         out.append(
             f"| {r['section']} | {r['backend']} | {r['case']} | {_fmt(r['ms'], '.3f')} | "
-            f"{_fmt(r['ratio'], '.2f')} | {r['baseline'] or ''} | {tgt} |"
+            f"{_fmt(r['ratio'], '.2f')} | {r['baseline'] or ''} | {target_text(r)} | "
+            f"{_fmt(r.get('floor_ratio'), '.2f')} | {floor_target_text(r)} | {verdict} |"
         )
     return "\n".join(out) + "\n"
 
@@ -73,8 +82,10 @@ def _fmt(v: object, spec: str) -> str:
 
 def print_table(rows: list) -> None:
     w = max([30] + [len(str(r.get("case", ""))) for r in rows if "ms" in r])
-    head = f"{'section':<16} {'backend':<14} {'case':<{w}} {'ms':>9} {'ratio':>7}  {'vs':<26} {'target':>7}"
-    head += " ok"
+    head = (
+        f"{'section':<16} {'backend':<14} {'case':<{w}} {'ms':>9} {'ratio':>7}  {'vs':<26} {'target':>7}"
+        f" {'x floor':>7} {'target':>7} ok"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -82,10 +93,10 @@ def print_table(rows: list) -> None:
             print(f"{r.get('section', ''):<16} {r.get('backend', ''):<14} {r.get('case', '')}")
             continue
         ok = {True: "yes", False: "NO", None: ""}[r.get("ok")]
-        tgt = target_text(r).replace(" ", "")
         print(
             f"{r['section']:<16} {r['backend']:<14} {r['case']:<{w}} {_fmt(r['ms'], '9.3f'):>9} "
-            f"{_fmt(r['ratio'], '7.3f'):>7}  {r['baseline'] or '':<26} {tgt:>7} {ok}"
+            f"{_fmt(r['ratio'], '7.3f'):>7}  {r['baseline'] or '':<26} {target_text(r).replace(' ', ''):>7}"
+            f" {_fmt(r.get('floor_ratio'), '7.2f'):>7} {floor_target_text(r).replace(' ', ''):>7} {ok}"
         )
 
 

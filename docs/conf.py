@@ -69,14 +69,19 @@ class BenchmarkTable(Directive):
             "     - ratio",
             "     - vs",
             "     - target",
+            "     - x floor",
+            "     - floor target",
         ]
         for r in data["rows"]:
             if "ms" not in r:  # a section that did not run
                 continue
-            target = ""
-            if r.get("target") is not None:
-                target = f"{r.get('cmp', '<=')} {r['target']:g}"
-                target += {True: " met", False: " **missed**", None: ""}[r.get("ok")]
+            verdict = {True: " met", False: " **missed**", None: ""}[r.get("ok")]
+            target = "" if r.get("target") is None else f"{r.get('cmp', '<=')} {r['target']:g}"
+            floor_target = "" if r.get("floor_target") is None else f"<= {r['floor_target']:g}"
+            if floor_target:
+                floor_target += verdict
+            elif target:
+                target += verdict
             cells = [
                 r["section"],
                 r["backend"],
@@ -85,6 +90,8 @@ class BenchmarkTable(Directive):
                 "" if r["ratio"] is None else f"{r['ratio']:.2f}",
                 r.get("baseline") or "",
                 target,
+                "" if r.get("floor_ratio") is None else f"{r['floor_ratio']:.2f}",
+                floor_target,
             ]
             lines.append(f"   * - {cells[0]}")
             lines += [f"     - {c}" if c else "     -" for c in cells[1:]]

@@ -41,6 +41,30 @@ def test_rotation_fast_path_is_bitwise_generic(backend, rng, layout, shape, rota
     np.testing.assert_array_equal(backend.to_numpy(x), before)  # input untouched
 
 
+@pytest.mark.parametrize(
+    ("qshape", "kshape", "pshape"),
+    [
+        ((1, 32, 1, 128), (1, 8, 1, 128), (1,)),  # decode step, grouped-query heads
+        ((4, 32, 1, 128), (4, 8, 1, 128), (4, 1, 1)),  # batched decode, one position per row
+        ((4, 1, 8, 64), (4, 1, 2, 64), (4, 1, 1)),  # (batch, seq, heads, dim) decode
+        ((3, 4, 1, 64), (3, 4, 1, 64), ()),  # one scalar position for every row
+        ((2, 4, 50, 64), (2, 2, 50, 64), (50,)),  # prefill, grouped-query heads
+    ],
+)
+def test_joint_rotation_fast_path_is_bitwise_generic(backend, rng, qshape, kshape, pshape):
+    """``apply`` of q and k together (decoding joins them in one pass): the generic bits, for
+    every position dtype the backend takes."""
+    q = backend.asarray(rng.standard_normal(qshape), "float32")
+    k = backend.asarray(rng.standard_normal(kshape), "float32")
+    pn = rng.integers(0, 5000, size=pshape)
+    for dt in ("int32", backend.int_dtype()):
+        pos = backend.asarray(pn, dt)
+        fast, slow = _both(lambda p=pos: rotary.apply(q, k, p))
+        for f, s_, x in zip(fast, slow, (q, k)):
+            assert tuple(f.shape) == tuple(x.shape)
+            np.testing.assert_array_equal(backend.to_numpy(f), backend.to_numpy(s_))
+
+
 @pytest.mark.parametrize("top", [4095, 2**15 - 1, 4096**2 - 1, 2**31 - 1])
 def test_exact_angle_fast_paths_are_bitwise_generic(backend, rng, top):
     """Position tables (< 2**15), skipped digit levels and the non-negative hint: same bits."""

@@ -52,7 +52,7 @@ class JaxBackend(Backend):
     def _stacked(pos: Any) -> Any:
         """A Python sequence holding JAX arrays or tracers (``jit`` over scalar positions) as one array."""
         if isinstance(pos, (list, tuple)) and any(
-            isinstance(a, (jax.Array, jax.core.Tracer)) for a in jax.tree_util.tree_leaves(pos)
+            isinstance(a, jax.Array) for a in jax.tree_util.tree_leaves(pos)
         ):
             return jnp.asarray(pos)
         return pos
@@ -154,18 +154,25 @@ class JaxBackend(Backend):
         return jnp.concatenate([o0, outs], axis=-2), final
 
     def rotate(self, x: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int) -> Array:
-        """Half layout, whole head: ``x * C + swap(x) * S`` over a ``(..., 2, r/2)`` view, with
-        ``S = [-sin, sin]``; one fused elementwise pass under ``jit`` (the generic slices and
-        concatenate cost ~1.5x that on XLA CPU).  ``a + b * (-c) == a - b * c`` exactly: the
-        generic formula's bits."""
-        if not (fast_paths_enabled() and layout == "half" and rotary_dim == x.shape[-1]):
+        """Whole head: ``x * C + swap(x) * S`` over a view with a pair axis (``(..., 2, r/2)``
+        for the half layout, ``(..., r/2, 2)`` for the interleaved one), ``S = [-sin, sin]``:
+        one elementwise pass (the generic slices and concatenate cost ~1.5x that on XLA CPU).
+        ``a + b * (-c) == a - b * c`` exactly: the generic formula's bits op by op (under
+        ``jit`` XLA may contract either into fused multiply-adds)."""
+        if not (fast_paths_enabled() and rotary_dim == x.shape[-1]):
             return super().rotate(x, c, s, layout=layout, rotary_dim=rotary_dim)
         out_dtype = x.dtype
         if x.dtype != c.dtype:
             x = x.astype(c.dtype)
-        xv = jnp.reshape(x, (*x.shape[:-1], 2, rotary_dim // 2))
-        sign = jnp.asarray([[-1.0], [1.0]], dtype=c.dtype)
-        out = xv * c[..., None, :] + xv[..., ::-1, :] * (s[..., None, :] * sign)
+        h = rotary_dim // 2
+        if layout == "half":
+            xv = jnp.reshape(x, (*x.shape[:-1], 2, h))
+            sign = jnp.asarray([[-1.0], [1.0]], dtype=c.dtype)
+            out = xv * c[..., None, :] + xv[..., ::-1, :] * (s[..., None, :] * sign)
+        else:
+            xv = jnp.reshape(x, (*x.shape[:-1], h, 2))
+            sign = jnp.asarray([-1.0, 1.0], dtype=c.dtype)
+            out = xv * c[..., None] + xv[..., ::-1] * (s[..., None] * sign)
         return jnp.reshape(out, x.shape).astype(out_dtype)
 
     def jit(self, fn: Callable[..., Any], static_argnums: tuple[int, ...]) -> Callable[..., Any]:

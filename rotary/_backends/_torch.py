@@ -31,6 +31,7 @@ import array_api_compat.torch as torch_xp
 import numpy as np
 import torch
 
+from .._lib import _validation as v
 from .._lib._cache import fast_paths_enabled, get_or_build
 from .._lib._typing import Array, Device, DType, Layout, Namespace
 from .._math import _linear
@@ -137,6 +138,8 @@ def _ops(dtype: Any, device: Any) -> _eager.Ops:
     )
 
 
+_INTEGER = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
+
 _SIGN = {
     dt: torch.tensor([[-1.0], [1.0]], dtype=dt)
     for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -155,6 +158,23 @@ def _rotate_small_half(x: Array, C: Array, S: Array, h: int) -> Array:
     xv = x.view(*x.shape[:-1], 2, h)
     out = torch.mul(xv, C)
     return torch.add(out, torch.mul(xv.flip(-2), S), out=out).view(x.shape)
+
+
+def _rotate_small_half_joint(q: Array, k: Array, c: Array, S: Array, h: int) -> tuple[Array, Array]:
+    """:func:`_rotate_small_half` of ``q`` and ``k`` at one position (``c``: ``(1, h)``, ``S``:
+    ``(2, h)``) in one pass over the two concatenated (decoding: half the torch calls); the
+    same operations in the same order.  The outputs are contiguous views of one fresh buffer."""
+    qs, ks = q.shape, k.shape
+    ax = next((i for i in range(q.ndim) if qs[i] != ks[i]), 0)
+    if q.ndim != k.ndim or any(qs[i] != 1 for i in range(ax)) or qs[ax + 1 :] != ks[ax + 1 :]:
+        q, k, ax = q.reshape(-1, 2 * h), k.reshape(-1, 2 * h), 0  # rows of both, flattened
+    qk = torch.cat([q, k], dim=ax)
+    pairs = qk.view(*qk.shape[:-1], 2, h)
+    out = torch.mul(pairs, c)
+    out.add_(pairs.flip(-2).mul_(S))
+    out = out.view(qk.shape)
+    nq = q.shape[ax]
+    return out.narrow(ax, 0, nq).view(qs), out.narrow(ax, nq, qk.shape[ax] - nq).view(ks)
 
 
 class TorchBackend(Backend):
@@ -210,6 +230,17 @@ class TorchBackend(Backend):
         return super().position_shape(pos, name=name)
 
     def positions(self, pos: Any, *, name: str, device: Device) -> tuple[Array, tuple[int, int] | None]:
+        if (  # decoding: one integer position in a plain CPU tensor (the generic steps, fewer calls)
+            type(pos) is torch.Tensor
+            and pos.is_cpu
+            and pos.numel() == 1
+            and pos.dtype in _INTEGER
+            and not torch.compiler.is_compiling()
+            and _real(pos)
+        ):
+            p = int(pos)
+            v.check_position_bound(float(abs(p)), name)
+            return pos, (p, p)
         if torch.compiler.is_compiling() and not isinstance(pos, torch.Tensor):
             # Python or NumPy positions inside a compiled function: converted in the graph
             # (their values are not checked there, as for traced tensors).
@@ -247,7 +278,7 @@ class TorchBackend(Backend):
         return (
             fast_paths_enabled()
             and type(x) is torch.Tensor
-            and x.device.type == "cpu"
+            and x.is_cpu
             and not (x.requires_grad and torch.is_grad_enabled())
             and not torch.compiler.is_compiling()
             and not (_is_wrapped is not None and _is_wrapped(x))
@@ -276,13 +307,23 @@ class TorchBackend(Backend):
     def rotate_both(
         self, q: Array, k: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int
     ) -> tuple[Array, Array]:
-        ok = self._eager_ok(q) and self._eager_ok(k) and type(c) is torch.Tensor and not c.requires_grad
-        if not (ok and q.dtype == c.dtype == k.dtype and self._small_half(q, layout, rotary_dim)):
+        if not (
+            layout == "half"
+            and q.dtype == c.dtype == k.dtype
+            and type(c) is torch.Tensor
+            and not c.requires_grad
+            and self._small_half(q, layout, rotary_dim)
+            and self._small_half(k, layout, rotary_dim)
+            and self._eager_ok(q)
+            and self._eager_ok(k)
+        ):
             return super().rotate_both(q, k, c, s, layout=layout, rotary_dim=rotary_dim)
-        if not self._small_half(k, layout, rotary_dim):
-            return super().rotate_both(q, k, c, s, layout=layout, rotary_dim=rotary_dim)
-        C, S = _small_half_tables(c, s)
         h = rotary_dim // 2
+        if all(d == 1 for d in c.shape[:-1]):  # one position for every row: one joint pass
+            if c.ndim > 2:
+                c, s = c.view(1, h), s.view(1, h)
+            return _rotate_small_half_joint(q, k, c, torch.mul(s, _SIGN[s.dtype]), h)
+        C, S = _small_half_tables(c, s)
         return _rotate_small_half(q, C, S, h), _rotate_small_half(k, C, S, h)
 
     def _exact(
