@@ -790,7 +790,8 @@ def mrope_index_options(config: Any) -> dict[str, Any]:
         if val is None:
             raise ValueError(f"config needs {key} to find image and video tokens")
         ids[key] = v.check_int(val, key)
-    tps = vision.get("tokens_per_second") if fam == "qwen2_5_vl" else None
+    # Qwen2.5-VL spaces a video's frames by tokens_per_second (transformers' default 4)
+    tps = vision.get("tokens_per_second", 4) if fam == "qwen2_5_vl" else None
     return {
         **ids,
         "spatial_merge_size": v.check_int(

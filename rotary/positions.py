@@ -33,9 +33,10 @@ import numpy as np
 
 from ._backends import Backend, backend_for
 from ._lib import _validation as v
+from ._lib._cache import intern, interned
 from ._lib._compat import array_namespace, as_namespace, is_array, to_numpy
 from ._lib._typing import Array, Device, DType, Namespace
-from ._rope import RoPE, rope_of
+from ._rope import RoPE
 from .multiaxis import MRoPE
 from .scaling import Factors, Frequencies, LongRoPE
 
@@ -106,10 +107,10 @@ def _packed(be: Backend, starts: Array, ends: Array, total: int, device: Device)
     n = starts.shape[0]
     if n == 0:
         return xp.zeros((total,), dtype=dt, device=device)
-    if hasattr(xp, "searchsorted"):
+    if hasattr(xp, "searchsorted") and be.has_int64(device):  # (it returns the default index dtype)
         doc = xp.searchsorted(ends, t, side="right")
-    else:  # (namespaces without searchsorted) one comparison per document
-        doc = xp.sum(xp.astype(ends[None, :] <= t[:, None], dt), axis=1)
+    else:  # one comparison per document
+        doc = xp.sum(xp.astype(ends[None, :] <= t[:, None], dt), axis=1, dtype=dt)
     inside = doc < n
     doc = xp.clip(doc, max=n - 1)
     start = xp.take(starts, xp.astype(doc, dt), axis=0)
@@ -163,7 +164,7 @@ def from_lengths(lengths: Any, *, total: int | None = None, xp: Any = None, devi
     device = be.creation_device(lens) if device is None else device
     known = _check_host(be, lens, "lengths", cu=False)
     n = _total(total, known, "lengths")
-    ends = be.xp.cumulative_sum(lens)
+    ends = be.xp.cumulative_sum(lens, dtype=lens.dtype)
     return _packed(be, ends - lens, ends, n, device)
 
 
@@ -239,7 +240,7 @@ def from_attention_mask(mask: Array, *, fill: int = 0) -> Array:
         on = mask != 0 if v.is_integral(mask.dtype) else mask
     else:
         raise TypeError(f"mask must be a boolean or integer array, got dtype {v.dtype_name(mask.dtype)}")
-    pos = xp.cumulative_sum(xp.astype(on, dt), axis=-1) - 1
+    pos = xp.cumulative_sum(xp.astype(on, dt), axis=-1, dtype=dt) - 1
     return xp.where(on, pos, xp.full(pos.shape, fill, dtype=dt, device=dev))
 
 
@@ -437,37 +438,71 @@ def _key_namespace(k: Any) -> Backend:
     return backend_for(array_namespace(k))
 
 
-def _rotation(be: Backend, like: Any, freqs: np.ndarray) -> RoPE:
-    """The pure rotation by ``pos * freqs`` (exact angles, no attention factor) of ``like``'s pairs."""
-    if isinstance(like, MRoPE):
-        head_dim, width, layout = like.head_dim, like.rotary_dim, like.layout
-    elif isinstance(like, RoPE):
-        head_dim, width, layout = like.head_dim, like.config.width, like.layout
+def _rotation_handle(kind: str, a: Any, b: Any) -> str:
+    """The handle of the pure rotations ``kind`` of RoPEs ``a`` (and ``b``): made on the host, once,
+    even inside a trace (``Backend.eager``)."""
+    return intern(("positions", kind, a, b), lambda: _make_rotation(kind, a, b))
+
+
+def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``a + b = hi + lo`` exactly (Knuth's TwoSum, float64)."""
+    hi = a + b
+    bb = hi - a
+    return hi, (a - (hi - bb)) + (b - bb)
+
+
+def _make_rotation(kind: str, a: Any, b: Any) -> tuple[RoPE, ...]:
+    """The rotation by ``pos * freqs`` alone (exact angles, no attention factor), as one RoPE, or
+    two when ``freqs`` is a difference of float64 frequencies: ``hi + lo`` equals it exactly."""
+    if kind == "shift":
+        parts = [_static_freqs(a, "rope")]
     else:
-        raise TypeError(f"rope must be a rotary.RoPE or rotary.MRoPE, got {type(like).__name__}")
-    return rope_of(
-        be,
-        head_dim,
-        base=10000.0,
-        layout=layout,
-        rotary_dim=width,
-        scaling=Frequencies(tuple(float(f) for f in freqs)),
-        angles="exact",
-        partial="neox",
+        if kind == "rerotate":
+            w_src, w_dst = _static_freqs(a, "src"), _static_freqs(b, "dst")
+        else:  # LongRoPE: short factors' frequencies to long factors'
+            cfg, sc = a.config, a.config.scaling
+            w_src = np.asarray(cfg.with_scaling(Factors(sc.short_factor)).host_inv_freq(), dtype=np.float64)
+            w_dst = np.asarray(cfg.with_scaling(Factors(sc.long_factor)).host_inv_freq(), dtype=np.float64)
+        hi, lo = _two_sum(w_dst, -w_src)
+        parts = [hi] if not np.any(lo) else [hi, lo]
+    if isinstance(a, MRoPE):
+        head_dim, width, layout = a.head_dim, a.rotary_dim, a.layout
+    else:
+        head_dim, width, layout = a.head_dim, a.config.width, a.layout
+    return tuple(
+        RoPE(
+            head_dim,
+            layout=layout,
+            rotary_dim=width,
+            scaling=Frequencies(tuple(float(f) for f in freqs)),
+            angles="exact",
+        )
+        for freqs in parts
     )
 
 
-def _static_freqs(rope: Any, name: str) -> np.ndarray:
-    if isinstance(rope, MRoPE):
-        rope = rope.rope
-    if not isinstance(rope, RoPE):
+def _rotate(be: Backend, kind: str, a: Any, b: Any, k: Array, pos: Any) -> Array:
+    ropes = interned(be.eager(_rotation_handle, kind, a, b))
+    for rope in ropes:
+        k = rope.rotate(k, pos)
+    return k
+
+
+def _check_rope(rope: Any, name: str) -> None:
+    """A RoPE or MRoPE with one set of frequencies."""
+    if not isinstance(rope, (RoPE, MRoPE)):
         raise TypeError(f"{name} must be a rotary.RoPE or rotary.MRoPE, got {type(rope).__name__}")
-    if rope.config.scaling.dynamic:
+    scaling = (rope.rope if isinstance(rope, MRoPE) else rope).config.scaling
+    if scaling.dynamic:
         raise ValueError(
-            f"{name} has a sequence-length-dependent scaling ({type(rope.config.scaling).__name__}): its "
+            f"{name} has a sequence-length-dependent scaling ({type(scaling).__name__}): its "
             "frequencies are not one set. For LongRoPE's switch use longrope_switch; otherwise build the "
             "RoPE of the frequencies the keys were rotated with (e.g. scaling=Factors(short_factor))"
         )
+
+
+def _static_freqs(rope: Any, name: str) -> np.ndarray:
+    _check_rope(rope, name)
     return np.asarray(rope.inv_freq(), dtype=np.float64)
 
 
@@ -501,15 +536,17 @@ def shift_keys(k: Array, delta: Any, rope: RoPE | MRoPE) -> Array:
     True
     """
     be = _key_namespace(k)
-    return _rotation(be, rope, _static_freqs(rope, "rope")).rotate(k, delta)
+    _check_rope(rope, "rope")
+    return _rotate(be, "shift", rope, None, k, delta)
 
 
 def rerotate_keys(k: Array, pos: Any, src: RoPE, dst: RoPE) -> Array:
     """Re-rotate keys rotated by ``src`` at ``pos`` into the keys ``dst`` gives at ``pos``.
 
-    One rotation by the exact angles ``pos * (theta_dst - theta_src)`` (the frequency
-    difference in float64), times ``dst.attention_factor / src.attention_factor`` where they
-    differ.  ``src`` and ``dst`` must rotate the same features (head size, layout, rotated
+    A rotation by the exact angles ``pos * (theta_dst - theta_src)`` (the difference of the two
+    float64 frequencies, held exactly as ``hi + lo``: a second, tiny rotation by ``pos * lo``
+    where ``hi`` alone is not exact), times ``dst.attention_factor / src.attention_factor``
+    where they differ.  ``src`` and ``dst`` must rotate the same features (head size, layout, rotated
     width, partial mode).
 
     Examples
@@ -524,16 +561,17 @@ def rerotate_keys(k: Array, pos: Any, src: RoPE, dst: RoPE) -> Array:
     True
     """
     be = _key_namespace(k)
-    ws, wd = _static_freqs(src, "src"), _static_freqs(dst, "dst")
+    _check_rope(src, "src")
+    _check_rope(dst, "dst")
     for name in ("head_dim", "layout"):
         if getattr(src, name) != getattr(dst, name):
             a, b = getattr(src, name), getattr(dst, name)
             raise ValueError(f"src and dst must rotate the same features: {name} {a!r} != {b!r}")
-    if ws.shape != wd.shape or _width(src) != _width(dst):
+    if _width(src) != _width(dst):
         raise ValueError(
             f"src and dst must rotate the same features: {_width(src)} and {_width(dst)} rotated features"
         )
-    out = _rotation(be, dst, wd - ws).rotate(k, pos)
+    out = _rotate(be, "rerotate", src, dst, k, pos)
     ratio = float(dst.attention_factor) / float(src.attention_factor)
     return out if ratio == 1.0 else out * ratio
 
@@ -568,8 +606,4 @@ def longrope_switch(k: Array, pos: Any, rope: RoPE) -> Array:
     be = _key_namespace(k)
     if not isinstance(rope, RoPE) or not isinstance(rope.config.scaling, LongRoPE):
         raise TypeError(f"rope must be a rotary.RoPE with a LongRoPE scaling, got {rope!r}")
-    sc = rope.config.scaling
-    cfg = rope.config
-    short = np.asarray(cfg.with_scaling(Factors(sc.short_factor)).host_inv_freq(), dtype=np.float64)
-    long = np.asarray(cfg.with_scaling(Factors(sc.long_factor)).host_inv_freq(), dtype=np.float64)
-    return _rotation(be, rope, long - short).rotate(k, pos)
+    return _rotate(be, "longrope", rope, None, k, pos)
