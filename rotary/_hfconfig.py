@@ -371,23 +371,10 @@ class _Cfg:
                     f"layer_type must be 'full_attention' or 'sliding_attention' for model_type "
                     f"{self.model_type!r}, got {layer_type!r}"
                 )
-            if fam == "gemma3":
-                if layer_type == "full_attention":
-                    return dict(flat or {})
-                theta = self.get("rope_local_base_freq")
-                return (
-                    {"rope_type": "default"}
-                    if theta is None
-                    else {"rope_type": "default", "rope_theta": theta}
-                )
-            if fam == "modernbert":
-                out = dict(flat or {})
-                theta = self.get(
-                    "global_rope_theta" if layer_type == "full_attention" else "local_rope_theta"
-                )
-                if theta is not None:
-                    out.setdefault("rope_theta", theta)
-                return out
+            if fam == "gemma3":  # rope_scaling is the global layers'
+                return dict(flat or {}) if layer_type == "full_attention" else {"rope_type": "default"}
+            if fam == "modernbert":  # rope_scaling applies to both
+                return dict(flat or {})
             # gemma4 without rope_parameters: transformers' defaults
             if flat is not None:
                 raise ValueError(
@@ -407,6 +394,20 @@ class _Cfg:
                 "original_max_position_embeddings": 4096,
             }
         return dict(flat or {})
+
+    def model_theta(self, layer_type: str | None) -> Any:
+        """The base a layer type takes when its RoPE parameters have no ``rope_theta``."""
+        fam = self.family
+        if fam == "gemma3" and layer_type == "sliding_attention":
+            return self.get("rope_local_base_freq")
+        if fam == "modernbert":
+            return self.get("global_rope_theta" if layer_type == "full_attention" else "local_rope_theta")
+        theta = self.get("rope_theta")
+        if theta is None and fam == "gpt_neox":
+            theta = self.get("rotary_emb_base")
+        if theta is None and fam == "chatglm":
+            theta = 10000.0 * v.check_float(self.get("rope_ratio", 1.0), "rope_ratio", above=0.0)
+        return theta
 
     def default_theta(self, layer_type: str | None) -> float:
         d = DEFAULT_THETA.get(self.family or "", 10000.0)
@@ -464,11 +465,7 @@ def _flat(
     p["rope_type"] = _kind(raw, fam)
     theta = p.get("rope_theta")
     if theta is None:
-        theta = cfg.get("rope_theta")
-    if theta is None and fam == "gpt_neox":
-        theta = cfg.get("rotary_emb_base")
-    if theta is None and fam == "chatglm":
-        theta = 10000.0 * v.check_float(cfg.get("rope_ratio", 1.0), "rope_ratio", above=0.0)
+        theta = cfg.model_theta(layer_type)
     if theta is None:
         theta = cfg.default_theta(layer_type)
     p["rope_theta"] = v.check_base(theta, "rope_theta")

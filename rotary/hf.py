@@ -16,10 +16,46 @@ and SmolLM3 NoPE layers, Cohere 2), and M-RoPE for Qwen2-VL / Qwen2.5-VL / Qwen3
 :func:`hf_rope_parameters`  the standardised RoPE parameters (a flat dict)
 ==========================  ==========================================================
 
-Keys are read as ``transformers`` reads them (missing keys take the defaults of the model
-type's config class); a key that changes RoPE but is not read for the config's
-``model_type``, an unknown ``rope_type`` or scaling key, or ``rope_parameters`` and
-``rope_scaling`` that disagree are errors naming them.
+Families and the keys read besides ``rope_parameters`` / ``rope_scaling`` / ``rope_theta`` /
+``partial_rotary_factor`` (checked against ``transformers`` 5.23, tests/test_hf_families.py):
+
+=====================================  =========================================================
+Llama 2/3/3.1/3.2, Mistral, Mixtral,   the common keys (``head_dim`` or ``hidden_size //
+Qwen2/2.5/3, Phi-3/3.5/4, OLMo 2,      num_attention_heads``; Phi-3's top-level
+Granite, Falcon, InternLM2             ``original_max_position_embeddings``, ``"su"`` read as longrope)
+Phi-2, StableLM, GLM-4                 ``partial_rotary_factor`` (defaults 0.5, 0.25, 0.5)
+GPT-NeoX / Pythia                      ``rotary_pct``, ``rotary_emb_base``
+GPT-J                                  ``rotary_dim``; interleaved; base fixed at 10000
+Cohere, Cohere 2                       interleaved; Cohere 2's global layers have no RoPE
+GLM-4, ChatGLM (remote code)           interleaved; ChatGLM ``kv_channels``, ``rope_ratio``
+DeepSeek-V2 / V3                       ``qk_rope_head_dim`` (:attr:`ModelRope.rope_slice`),
+                                       ``rope_interleave`` (V3, default true; V2 always)
+Llama 4                                interleaved; ``no_rope_layers``; attention settings reported
+SmolLM3                                ``no_rope_layers``
+Gemma 2 / 3 / 4, ModernBERT            layer types; Gemma 3 ``rope_local_base_freq``, Gemma 4
+                                       ``global_head_dim`` and ``proportional``, ModernBERT
+                                       ``global_rope_theta`` / ``local_rope_theta``
+Qwen2-VL / 2.5-VL / 3-VL               ``mrope_section`` (legacy ``{"type": "mrope"}``), Qwen3-VL
+                                       interleaved sections
+=====================================  =========================================================
+
+Keys are read as ``transformers`` reads them; a missing key takes the default of the model
+type's config class (``rope_theta`` from :data:`rotary._hfconfig.DEFAULT_THETA`, the partial
+factors above, GPT-OSS's YaRN, Gemma 4's layer parameters...).  Errors, each naming the key:
+
+* a key of ``rope_parameters`` / ``rope_scaling`` that the ``rope_type`` does not take
+  (``transformers`` only warns): the published configs carry none, and a key such as YaRN's
+  ``finetuned`` or Phi-3-small's ``long_mscale`` either means nothing or changes the attention
+  factor, so it is refused rather than guessed;
+* a top-level key that changes RoPE in some family but is not read for this ``model_type``
+  (``rotary_pct`` in a Llama config, ``qk_rope_head_dim`` without a DeepSeek ``model_type``,
+  Qwen-1's ``use_dynamic_ntk``...), ``alibi: true``, a non-rotary ``position_embedding_type``;
+  other top-level keys (vocabulary, MLP, norms...) are not RoPE's and are ignored;
+* ``partial_rotary_factor`` below 1 for a family whose attention rotates the whole head;
+* ``rope_parameters`` and ``rope_scaling`` both given and describing different RoPEs
+  (``transformers`` would silently keep ``rope_scaling``).
+
+An unknown ``model_type`` is read as a Llama-style config (:attr:`ModelRope.notes` says so).
 """
 
 from __future__ import annotations

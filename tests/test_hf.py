@@ -245,3 +245,24 @@ def test_angles_option_carries_to_every_layer():
     m = rotary.hf.model_rope(BY_NAME["Qwen3-VL"].config, angles="float32")
     assert m.layers[0].rope.angles == "float32"
     assert rotary.hf.rope_for_layer(BY_NAME["Gemma 3"].config, 5, angles="float32").angles == "float32"
+
+
+def test_nested_parameters_take_each_layer_types_own_default_base():
+    # transformers fills a nested entry's missing rope_theta from the layer type's own key
+    cfg = {
+        "model_type": "gemma3_text",
+        "head_dim": 16,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "rope_theta": 2e6,
+        "rope_local_base_freq": 3e4,
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default"},
+            "sliding_attention": {"rope_type": "default"},
+        },
+    }
+    assert rotary.hf.from_hf(cfg, layer_type="full_attention").base == 2e6
+    assert rotary.hf.from_hf(cfg, layer_type="sliding_attention").base == 3e4
+    del cfg["rope_local_base_freq"], cfg["rope_theta"]
+    assert rotary.hf.from_hf(cfg, layer_type="sliding_attention").base == 1e4
+    assert rotary.hf.from_hf(cfg, layer_type="full_attention").base == 1e6

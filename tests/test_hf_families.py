@@ -15,6 +15,7 @@ values only (``test_hf.py``).
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
@@ -35,9 +36,10 @@ IDS = [f.name for f in COMPARED]
 
 
 def _config(d: dict):
+    """transformers' config object of a config dict (a deep copy: transformers edits nested dicts)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return transformers.AutoConfig.for_model(**{k: v for k, v in d.items()})
+        return transformers.AutoConfig.for_model(**copy.deepcopy(d))
 
 
 def _text(cfg):
@@ -255,3 +257,58 @@ def logits_diffs(f: Family) -> dict:
 @pytest.mark.parametrize("f", COMPARED, ids=IDS)
 def test_tiny_model_logits_unchanged(f):
     logits_diffs(f)
+
+
+def test_defaults_match_transformers_config_classes():
+    # A config.json without rope_theta (or partial_rotary_factor) reads as transformers reads it.
+    from transformers import CONFIG_MAPPING
+
+    from rotary._hfconfig import _KNOWN, DEFAULT_THETA
+
+    checked = 0
+    for family in sorted(_KNOWN):
+        for mt in (f"{family}_text", family):
+            if mt in CONFIG_MAPPING:
+                break
+        else:
+            continue
+        want = CONFIG_MAPPING[mt].default_theta
+        got = DEFAULT_THETA.get(family, 10000.0)
+        if isinstance(want, dict):
+            want = {"full_attention": want["global"], "sliding_attention": want["local"]}
+        if family == "gemma4":  # its per-layer-type defaults are in rope_parameters, not default_theta
+            continue
+        assert got == want, (family, got, want)
+        checked += 1
+    assert checked >= 30
+    for family, prf in {"phi": 0.5, "stablelm": 0.25, "gpt_neox": 0.25, "glm": 0.5, "glm4": 0.5}.items():
+        d = {"model_type": family, "hidden_size": 64, "num_attention_heads": 4}
+        assert _config(d).to_dict()["rope_parameters"]["partial_rotary_factor"] == prf
+        assert rotary.hf.from_hf(d).rotary_dim == int(16 * prf)
+
+
+def internlm2_diffs() -> dict:
+    """InternLM2 is remote code (not in transformers 5.23): its published config against
+    transformers' own dynamic-NTK rotary embedding (the formula InternLM2's code uses too)."""
+    from hf_families import BY_NAME
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    f = BY_NAME["InternLM2 (dynamic)"]
+    llama = _config(dict(f.config, model_type="llama"))
+    out = {}
+    for angles in ("float32", "exact"):
+        rope = rotary.hf.from_hf(f.config, angles=angles)
+        for starts in ((0, 100), f.starts):  # within max_position_embeddings, and beyond it
+            pos = torch.stack([torch.arange(f.length) + s for s in starts])
+            c, s = rope.cos_sin(pos)
+            hc, hs = LlamaRotaryEmbedding(llama)(torch.zeros(1), pos)
+            n = c.shape[-1]
+            d = max(float((c - hc[..., :n]).abs().max()), float((s - hs[..., :n]).abs().max()))
+            out[(angles, starts[-1])] = d
+    return out
+
+
+def test_internlm2_dynamic_ntk_equals_transformers():
+    d = internlm2_diffs()
+    assert d[("float32", 100)] == 0.0 and d[("float32", 40000)] == 0.0, d
+    assert max(d.values()) < 4 * EPS32 * 41000, d
