@@ -20,6 +20,7 @@ import dataclasses
 import json
 import math
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -183,6 +184,14 @@ class _Cfg:
         self.model_type: str | None = mt if isinstance(mt, str) and mt else None
         self.family = _family(self.model_type)
         self._check_model_keys()
+        if self.family is not None and self.family not in _KNOWN:
+            warnings.warn(
+                f"model_type {self.model_type!r} is not one rotary.hf knows: read as a Llama-style config "
+                "(half layout; the whole head unless partial_rotary_factor). Check the model's attention "
+                "code for its pairing and rotated features",
+                UserWarning,
+                stacklevel=4,
+            )
 
     def get(self, name: str, default: Any = None) -> Any:
         for key in _ALIASES.get(name, (name,)):

@@ -266,3 +266,10 @@ def test_nested_parameters_take_each_layer_types_own_default_base():
     del cfg["rope_local_base_freq"], cfg["rope_theta"]
     assert rotary.hf.from_hf(cfg, layer_type="sliding_attention").base == 1e4
     assert rotary.hf.from_hf(cfg, layer_type="full_attention").base == 1e6
+
+
+def test_unknown_model_type_warns():
+    cfg = {"model_type": "ernie4_5", "hidden_size": 64, "num_attention_heads": 4}
+    with pytest.warns(UserWarning, match="model_type 'ernie4_5' is not one rotary.hf knows"):
+        rope = rotary.hf.from_hf(cfg)
+    assert rope.layout == "half"

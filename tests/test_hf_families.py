@@ -312,3 +312,21 @@ def test_internlm2_dynamic_ntk_equals_transformers():
     d = internlm2_diffs()
     assert d[("float32", 100)] == 0.0 and d[("float32", 40000)] == 0.0, d
     assert max(d.values()) < 4 * EPS32 * 41000, d
+
+
+def test_gemma4_proportional_with_factor_equals_transformers():
+    from hf_families import BY_NAME
+
+    f = BY_NAME["Gemma 4"]
+    d = copy.deepcopy(f.config)
+    d["rope_parameters"]["full_attention"]["factor"] = 8.0
+    cls = _module_class(f)
+    mod = cls(_config(d))
+    pos = _positions(f, False)
+    for angles in ("float32", "exact"):
+        rope = rotary.hf.from_hf(d, layer_type="full_attention", angles=angles)
+        c, s = rope.cos_sin(pos)
+        hc, hs = mod(torch.zeros(1), pos, "full_attention")
+        n = c.shape[-1]
+        diff = max(float((c - hc[..., :n]).abs().max()), float((s - hs[..., :n]).abs().max()))
+        assert diff == 0.0 if angles == "float32" else diff < 4 * EPS32 * 3100, (angles, diff)
