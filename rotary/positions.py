@@ -32,10 +32,11 @@ from typing import Any
 import numpy as np
 
 from ._backends import Backend, backend_for
+from ._config import RopeConfig
 from ._lib import _validation as v
 from ._lib._cache import intern, interned
 from ._lib._compat import array_namespace, as_namespace, is_array, to_numpy
-from ._lib._typing import Array, Device, DType, Namespace
+from ._lib._typing import Array, Device, DType, Layout, Namespace
 from ._rope import RoPE
 from .multiaxis import MRoPE
 from .scaling import Factors, Frequencies, LongRoPE
@@ -438,10 +439,34 @@ def _key_namespace(k: Any) -> Backend:
     return backend_for(array_namespace(k))
 
 
+def _plain(rope: Any) -> Any:
+    """What identifies a RoPE or MRoPE, as values a trace can pass as constants (frozen
+    dataclasses and tuples, not the objects)."""
+    if rope is None or isinstance(rope, RoPE):
+        return None if rope is None else rope.config
+    return (rope.rope.config, rope.sections, rope.interleaved)
+
+
+def _unplain(plain: Any) -> Any:
+    if plain is None or isinstance(plain, RopeConfig):
+        return None if plain is None else RoPE.from_config(plain)
+    cfg, sections, interleaved = plain
+    return MRoPE(
+        cfg.head_dim,
+        sections,
+        interleaved=interleaved,
+        base=cfg.base,
+        layout=cfg.layout,
+        rotary_dim=cfg.rotary_dim,
+        scaling=cfg.scaling,
+        angles=cfg.angles,
+    )
+
+
 def _rotation_handle(kind: str, a: Any, b: Any) -> str:
-    """The handle of the pure rotations ``kind`` of RoPEs ``a`` (and ``b``): made on the host, once,
-    even inside a trace (``Backend.eager``)."""
-    return intern(("positions", kind, a, b), lambda: _make_rotation(kind, a, b))
+    """The handle of the pure rotations ``kind`` of RoPEs ``a`` (and ``b``, both :func:`_plain`):
+    made on the host, once, even inside a trace (``Backend.eager``)."""
+    return intern(("positions", kind, a, b), lambda: _make_rotation(kind, _unplain(a), _unplain(b)))
 
 
 def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -465,10 +490,7 @@ def _make_rotation(kind: str, a: Any, b: Any) -> tuple[RoPE, ...]:
             w_dst = np.asarray(cfg.with_scaling(Factors(sc.long_factor)).host_inv_freq(), dtype=np.float64)
         hi, lo = _two_sum(w_dst, -w_src)
         parts = [hi] if not np.any(lo) else [hi, lo]
-    if isinstance(a, MRoPE):
-        head_dim, width, layout = a.head_dim, a.rotary_dim, a.layout
-    else:
-        head_dim, width, layout = a.head_dim, a.config.width, a.layout
+    head_dim, width, layout = _features(a)
     return tuple(
         RoPE(
             head_dim,
@@ -481,11 +503,34 @@ def _make_rotation(kind: str, a: Any, b: Any) -> tuple[RoPE, ...]:
     )
 
 
+def _rotation_freqs(kind: str, a: Any, b: Any) -> tuple[tuple[float, ...], ...]:
+    """The frequencies of the pure rotations (computed on the host, even inside a trace)."""
+    ropes = interned(_rotation_handle(kind, a, b))
+    return tuple(r.config.scaling.freqs for r in ropes)
+
+
 def _rotate(be: Backend, kind: str, a: Any, b: Any, k: Array, pos: Any) -> Array:
-    ropes = interned(be.eager(_rotation_handle, kind, a, b))
+    plain = (kind, _plain(a), _plain(b))
+    if be.tracing():
+        # Inside torch.compile the frequencies come back as constants and the rotations are
+        # built in the trace (a RoPE of plain values, as the backends allow).
+        head_dim, width, layout = _features(a)
+        ropes = tuple(
+            RoPE(head_dim, layout=layout, rotary_dim=width, scaling=Frequencies(freqs), angles="exact")
+            for freqs in be.eager(_rotation_freqs, *plain)
+        )
+    else:
+        ropes = interned(_rotation_handle(*plain))
     for rope in ropes:
         k = rope.rotate(k, pos)
     return k
+
+
+def _features(rope: Any) -> tuple[int, int, Layout]:
+    """``(head_dim, rotated width, layout)`` of a RoPE or MRoPE."""
+    if isinstance(rope, MRoPE):
+        return rope.head_dim, rope.rotary_dim, rope.layout
+    return rope.head_dim, rope.config.width, rope.layout
 
 
 def _check_rope(rope: Any, name: str) -> None:

@@ -94,6 +94,14 @@ def test_traceable_under_jax_jit():
     k = jnp.asarray(np.random.default_rng(0).normal(size=(3, 8)).astype(np.float32))
     h = jax.jit(lambda k, d: positions.shift_keys(k, d, rope))
     assert_close(h(k, jnp.asarray(5)), reference.rotate(np.asarray(k), 5), like=k)
+    lr = rotary.RoPE(8, scaling=sc.LongRoPE((1.0, 1.0, 2.0, 2.0), (1.0, 2.0, 8.0, 16.0), 4, factor=4.0))
+    other = rotary.RoPE(8, base=5e5)
+    r = jax.jit(
+        lambda k, p: positions.rerotate_keys(positions.longrope_switch(k, p, lr), p, rotary.RoPE(8), other)
+    )
+    p = jnp.arange(3) + 1000
+    want = positions.rerotate_keys(positions.longrope_switch(k, p, lr), p, rotary.RoPE(8), other)
+    assert_close(r(k, p), np.asarray(want), like=k)
     with pytest.raises(ValueError, match="pass total="):
         jax.jit(positions.from_lengths)(jnp.asarray([3, 1]))
 
@@ -102,14 +110,21 @@ def test_traceable_under_torch_compile():
     torch = pytest.importorskip("torch")
     rope = rotary.RoPE(16, layout="interleaved")
 
+    other = rotary.RoPE(16, layout="interleaved", base=5e5)
+
     @torch.compile(fullgraph=True, backend="eager")  # (the trace is what is tested, not inductor)
-    def f(k, mask):
-        return positions.shift_keys(k, positions.from_attention_mask(mask), rope)
+    def f(k, mask, cu):
+        k = positions.shift_keys(k, positions.from_attention_mask(mask), rope)
+        return positions.rerotate_keys(k, positions.from_cu_seqlens(cu, total=4), rope, other)
+
+    def g(k, mask, cu):
+        k = positions.shift_keys(k, positions.from_attention_mask(mask), rope)
+        return positions.rerotate_keys(k, positions.from_cu_seqlens(cu, total=4), rope, other)
 
     k = torch.randn(2, 4, 16, generator=torch.Generator().manual_seed(0))
     mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
-    want = positions.shift_keys(k, positions.from_attention_mask(mask), rope)
-    torch.testing.assert_close(f(k, mask), want)
+    cu = torch.tensor([0, 1, 4])
+    torch.testing.assert_close(f(k, mask, cu), g(k, mask, cu))
 
 
 # -- KV-cache re-rotation -----------------------------------------------------------------------
