@@ -336,3 +336,28 @@ def test_mrope_positions_drive_the_mrope():
     assert qr.shape == q.shape
     # text tokens (all rows equal) rotate as 1-D RoPE
     np.testing.assert_allclose(qr[0, :, :2], mrope.rope.rotate(q[0, :, :2], np.arange(2)), atol=1e-6)
+
+
+def test_frequencies_scaling(backend, rng):
+    # explicit per-pair frequencies (zero and negative allowed), exact angles, attention factor 1
+    w = (0.5, -0.25, 0.0, 1e-3, 2.0, -3.0, 1e-6, 0.0)
+    rope = rotary.RoPE(16, scaling=sc.Frequencies(w), layout="interleaved")
+    np.testing.assert_array_equal(rope.inv_freq(), w)
+    assert (
+        rope.attention_factor == 1.0
+        and sc.from_dict({"rope_type": "frequencies", "freqs": w}) == rope.scaling
+    )
+    k0 = rng.normal(size=SHAPE)
+    p = np.arange(6) + 2**20
+    assert_close(
+        rope.rotate(backend.asarray(k0, "float32"), p),
+        reference.rotate(k0, p, layout="interleaved", th=np.asarray(w)),
+        like=backend.asarray(k0, "float32"),
+        ulps=16,
+    )
+    with pytest.raises(ValueError, match="must have rotary_dim // 2 = 8 entries, got 3"):
+        rotary.RoPE(16, scaling=sc.Frequencies((1.0, 2.0, 3.0)))
+    with pytest.raises(ValueError, match=r"Frequencies freqs\[1\] must be finite"):
+        sc.Frequencies((1.0, float("inf")))
+    with pytest.raises(TypeError, match="Frequencies freqs must be a sequence"):
+        sc.Frequencies(1.0)
