@@ -10,7 +10,7 @@ CuPy, PyTorch, JAX, Dask and array-api-strict arrays.
 
 from __future__ import annotations
 
-from . import distributed, hf, layouts, multiaxis, scaling, testing
+from . import distributed, hf, layouts, multiaxis, positions, scaling, testing
 from ._attention import attention
 from ._config import RopeConfig
 from ._decay import decay_bound
@@ -64,6 +64,7 @@ __all__ = [
     "linear_attention",
     "linear_attention_state",
     "multiaxis",
+    "positions",
     "rotate",
     "scaling",
     "set_cache_limit",

@@ -1,24 +1,131 @@
-"""Hugging Face config parsing: a ``transformers`` config (object, dict or ``config.json``) to a
-:class:`~rotary._config.RopeConfig`, without importing ``transformers``.
+"""Hugging Face config parsing: a ``transformers`` config (object, dict or ``config.json``) to
+:class:`~rotary._config.RopeConfig` per layer, without importing ``transformers``.
 
-Reads both the 5.x ``rope_parameters`` and the 4.x ``rope_scaling`` + ``rope_theta`` styles.
+Reads what checkpoints publish and what ``transformers`` 5.x writes: ``rope_parameters`` (flat or
+nested per layer type), the 4.x ``rope_scaling`` + ``rope_theta``, and the model-level keys some
+families keep outside them (GPT-NeoX ``rotary_pct``, GPT-J ``rotary_dim``, DeepSeek
+``qk_rope_head_dim``/``rope_interleave``, Gemma 3 ``rope_local_base_freq``, Llama 4 / SmolLM3
+``no_rope_layers``, ModernBERT global/local theta, Qwen-VL ``mrope_section``...).  A config object
+is read through its ``to_dict()`` (what ``save_pretrained`` writes), so objects and files share
+one code path; the defaults ``transformers``' config classes fill in for missing keys are filled
+in here per ``model_type`` (:data:`DEFAULT_THETA` and the family rules below).
+
+A key that changes RoPE in some family but is not read for this config's ``model_type`` is an
+error naming it, as is an unknown ``rope_type`` or scaling key: nothing is silently dropped.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
-from collections.abc import Callable
+import warnings
+from collections.abc import Mapping
 from typing import Any
 
 from ._config import RopeConfig
 from ._lib import _validation as v
-from ._lib._typing import AngleMethod, PartialMode
-from .scaling import Scaling, from_dict
+from ._lib._typing import AngleMethod, Layout, PartialMode
+from .scaling import Linear, Scaling, from_dict
 
-__all__ = ["hf_rope_parameters", "load_config", "rope_config"]
+__all__ = [
+    "DEFAULT_THETA",
+    "LayerSpec",
+    "ModelSpec",
+    "hf_rope_parameters",
+    "layer_type_spec",
+    "load_config",
+    "model_spec",
+    "mrope_index_options",
+    "mrope_spec",
+    "rope_config",
+]
 
 _NEEDS_L0 = ("llama3", "yarn", "longrope")
+
+#: ``rope_theta`` that ``transformers`` assumes when a config has none (its config classes'
+#: ``default_theta``); 10000 for every other model type.  Per layer type where it differs.
+DEFAULT_THETA: dict[str, float | dict[str, float]] = {
+    "llama4": 500000.0,
+    "mixtral": 1000000.0,
+    "qwen2_vl": 1000000.0,
+    "qwen2_5_vl": 1000000.0,
+    "qwen3_vl": 500000.0,
+    "qwen3_vl_moe": 500000.0,
+    "cohere": 500000.0,
+    "smollm3": 2000000.0,
+    "gpt_oss": 150000.0,
+    "phimoe": 1000000.0,
+    "olmo3": 500000.0,
+    "gemma3": {"full_attention": 1000000.0, "sliding_attention": 10000.0},
+    "gemma4": {"full_attention": 1000000.0, "sliding_attention": 10000.0},
+    "modernbert": {"full_attention": 160000.0, "sliding_attention": 10000.0},
+}
+
+#: Families whose ``transformers`` attention rotates only part of each head
+#: (``partial_rotary_factor``); the others rotate the whole head.
+_PARTIAL = frozenset({"phi", "phi3", "stablelm", "gpt_neox", "glm", "glm4", "gemma4"})
+#: ``partial_rotary_factor`` when a config has none.
+_DEFAULT_PRF = {"phi": 0.5, "stablelm": 0.25, "gpt_neox": 0.25, "glm": 0.5, "glm4": 0.5}
+#: Families that pair features ``(2i, 2i + 1)`` (rotate-every-two, complex view or
+#: ``repeat_interleave``); DeepSeek-V3 only with ``rope_interleave`` (its default).
+_INTERLEAVED = frozenset({"gptj", "cohere", "cohere2", "glm", "glm4", "chatglm", "llama4", "deepseek_v2"})
+#: M-RoPE families: default sections and whether the model interleaves them (it ignores the
+#: ``mrope_interleaved`` key: Qwen3-VL always interleaves, Qwen2/2.5-VL never).
+_MROPE = {
+    "qwen2_vl": ((16, 24, 24), False),
+    "qwen2_5_vl": ((16, 24, 24), False),
+    "qwen3_vl": ((24, 20, 20), True),
+    "qwen3_vl_moe": ((24, 20, 20), True),
+}
+_DEEPSEEK = frozenset({"deepseek_v2", "deepseek_v3"})
+#: Families whose RoPE parameters differ per layer type (full vs sliding attention).
+_PER_TYPE = frozenset({"gemma3", "gemma4", "modernbert"})
+
+#: Model-level keys that change RoPE, and the families that read them.  Present (not null)
+#: in a config of another family, they are an error rather than silently ignored.
+_MODEL_KEYS: dict[str, frozenset[str]] = {
+    "rotary_pct": frozenset({"gpt_neox"}),
+    "rotary_emb_base": frozenset({"gpt_neox"}),
+    "rope_pct": frozenset({"stablelm"}),
+    "rotary_dim": frozenset({"gptj"}),
+    "qk_rope_head_dim": _DEEPSEEK,
+    "rope_interleave": frozenset({"deepseek_v3"}),
+    "rope_local_base_freq": frozenset({"gemma3"}),
+    "no_rope_layers": frozenset({"llama4", "smollm3"}),
+    "no_rope_layer_interval": frozenset({"llama4", "smollm3"}),
+    "global_rope_theta": frozenset({"modernbert"}),
+    "local_rope_theta": frozenset({"modernbert"}),
+    "global_head_dim": frozenset({"gemma4"}),
+    "rope_ratio": frozenset({"chatglm"}),
+    "kv_channels": frozenset({"chatglm"}),
+    "mrope_section": frozenset(_MROPE),
+    "mrope_interleaved": frozenset(_MROPE),
+    "use_dynamic_ntk": frozenset(),
+    "use_logn_attn": frozenset(),
+}
+
+_ALIASES = {
+    "hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model"),
+    "num_attention_heads": ("num_attention_heads", "n_head", "num_heads"),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions", "seq_length"),
+    "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers"),
+}
+
+#: Settings read for :attr:`ModelSpec.attention` (they change attention, not RoPE).
+_ATTENTION_KEYS = (
+    "sliding_window",
+    "attention_chunk_size",
+    "attn_temperature_tuning",
+    "floor_scale",
+    "attn_scale",
+    "use_qk_norm",
+    "query_pre_attn_scalar",
+    "attn_logit_softcapping",
+    "attention_multiplier",
+    "local_attention",
+)
 
 
 def load_config(config: Any) -> Any:
@@ -40,73 +147,112 @@ def load_config(config: Any) -> Any:
     return config
 
 
-def _getter(config: Any) -> Callable[..., Any]:
-    if isinstance(config, dict):
-        return config.get
+def _as_dict(config: Any, name: str = "config") -> dict[str, Any]:
+    config = load_config(config)
+    if isinstance(config, Mapping):
+        return dict(config)
+    to_dict = getattr(config, "to_dict", None)
+    if callable(to_dict):  # a transformers config: what save_pretrained writes
+        d = to_dict()
+        if isinstance(d, Mapping):
+            return dict(d)
     if config is None or not hasattr(config, "__dict__"):
         raise TypeError(
-            "config must be a transformers config object, a dict or a path to a config.json, "
+            f"{name} must be a transformers config object, a dict or a path to a config.json, "
             f"got {type(config).__name__}"
         )
-
-    def get(name: str, default: Any = None) -> Any:
-        try:
-            return getattr(config, name, default)
-        except Exception:  # some config properties raise when unset
-            return default
-
-    return get
+    return {k: val for k, val in vars(config).items() if not k.startswith("_")}
 
 
-def hf_rope_parameters(config: Any, layer_type: str | None = None) -> dict[str, Any]:
-    """The config's RoPE parameters as one flat dict, standardised as ``transformers`` does.
+def _family(model_type: str | None) -> str | None:
+    if model_type is None:
+        return None
+    mt = model_type[: -len("_text")] if model_type.endswith("_text") else model_type
+    return {"stablelm_epoch": "stablelm"}.get(mt, mt)
 
-    Keys: ``rope_type``, ``rope_theta``, ``partial_rotary_factor``, ``head_dim``,
-    ``max_position_embeddings`` and, for llama3/yarn/longrope, ``original_max_position_embeddings``,
-    plus the scaling's own keys.
 
-    Examples
-    --------
-    >>> from rotary.hf import hf_rope_parameters
-    >>> p = hf_rope_parameters({"head_dim": 64, "rope_theta": 1e6, "max_position_embeddings": 4096,
-    ...                         "rope_scaling": {"type": "linear", "factor": 2.0}})
-    >>> p["rope_type"], p["rope_theta"], p["factor"], p["head_dim"]
-    ('linear', 1000000.0, 2.0, 64)
-    """
-    config = load_config(config)
-    get = _getter(config)
-    params = get("rope_parameters") or get("rope_scaling") or {}
-    if not isinstance(params, dict):
-        raise TypeError(f"config rope_parameters/rope_scaling must be a dict, got {type(params).__name__}")
-    nested = [k for k, val in params.items() if isinstance(val, dict)]
-    if nested:
-        if layer_type is None:
-            raise ValueError(
-                f"config has per-layer RoPE parameters for {nested}; pass layer_type= one of them"
+class _Cfg:
+    """A config as one flat dict (a multimodal config's ``text_config`` merged over it)."""
+
+    def __init__(self, config: Any) -> None:
+        d = _as_dict(config)
+        text = d.get("text_config")
+        if text is not None:
+            d = {**{k: val for k, val in d.items() if k != "text_config"}, **_as_dict(text, "text_config")}
+        self.d = d
+        mt = d.get("model_type")
+        self.model_type: str | None = mt if isinstance(mt, str) and mt else None
+        self.family = _family(self.model_type)
+        self._check_model_keys()
+        if self.family is not None and self.family not in _KNOWN:
+            warnings.warn(
+                f"model_type {self.model_type!r} is not one rotary.hf knows: read as a Llama-style config "
+                "(half layout; the whole head unless partial_rotary_factor). Check the model's attention "
+                "code for its pairing and rotated features",
+                UserWarning,
+                stacklevel=4,
             )
-        if layer_type not in nested:
-            raise ValueError(f"layer_type must be one of {nested}, got {layer_type!r}")
-        params = params[layer_type]
-    elif layer_type is not None:
-        raise ValueError(f"layer_type={layer_type!r} given but the config has one set of RoPE parameters")
-    p = dict(params)
-    p["rope_type"] = p.get("rope_type", p.get("type", "default"))
-    theta = p.get("rope_theta")
-    if theta is None:
-        theta = get("rope_theta")
-    if theta is None:
-        theta = get("default_theta", 10000.0)
-    p["rope_theta"] = v.check_base(theta, "rope_theta")
-    prf = p.get("partial_rotary_factor")
-    if prf is None:
-        prf = get("partial_rotary_factor")
-    prf = 1.0 if prf is None else v.check_float(prf, "partial_rotary_factor", above=0.0)
-    if prf > 1.0:
-        raise ValueError(f"partial_rotary_factor must be in (0, 1], got {prf}")
-    p["partial_rotary_factor"] = prf
-    head_dim = get("head_dim")
-    if not head_dim:
-        hidden, heads = get("hidden_size"), get("num_attention_heads")
+
+    def get(self, name: str, default: Any = None) -> Any:
+        for key in _ALIASES.get(name, (name,)):
+            val = self.d.get(key)
+            if val is not None:
+                return val
+        return default
+
+    def has(self, name: str) -> bool:
+        return self.get(name) is not None
+
+    def _check_model_keys(self) -> None:
+        for key, families in _MODEL_KEYS.items():
+            if self.d.get(key) is None or self.family in families:
+                continue
+            where = (
+                f"read only for model_type {sorted(families)}"
+                if families
+                else "not supported by rotary (remote-code models with their own attention)"
+            )
+            raise ValueError(
+                f"config key {key!r} changes RoPE but is {where}; this config has model_type="
+                f"{self.model_type!r}. Set model_type, or remove the key if the model does not use it"
+            )
+        if self.d.get("alibi"):
+            raise ValueError("config has alibi=true: the model uses ALiBi position biases, not RoPE")
+        pet = self.d.get("position_embedding_type")
+        if pet is not None and pet not in ("rope", "rotary"):
+            raise ValueError(f"config has position_embedding_type={pet!r}, not a rotary position embedding")
+        if self.family == "chatglm" and self.d.get("original_rope") is False:
+            raise ValueError(
+                "ChatGLM config has original_rope=false, a RoPE variant rotary does not implement"
+            )
+
+    # -- sizes ---------------------------------------------------------------------------------
+    def num_layers(self) -> int | None:
+        n = self.get("num_hidden_layers")
+        return None if n is None else v.check_int(n, "num_hidden_layers", minimum=1)
+
+    def max_positions(self) -> int | None:
+        m = self.get("max_position_embeddings")
+        return None if m is None else v.check_int(m, "max_position_embeddings", minimum=1)
+
+    def head_dim(self, layer_type: str | None, index: int | None) -> int:
+        fam = self.family
+        if fam in _DEEPSEEK and self.has("qk_rope_head_dim"):
+            # MLA: RoPE rotates the qk_rope_head_dim features of each head (transformers sets
+            # head_dim = qk_rope_head_dim).
+            return v.check_head_dim(self.get("qk_rope_head_dim"), "qk_rope_head_dim")
+        if fam == "chatglm" and self.has("kv_channels"):
+            return v.check_head_dim(self.get("kv_channels"), "kv_channels")
+        override = self._layer_override(index).get("head_dim")
+        if override is not None:
+            return v.check_head_dim(override, f"per_layer_config[{index}] head_dim")
+        if fam == "gemma4" and layer_type == "full_attention":
+            # Gemma 4's global layers have their own head size (transformers default 512).
+            return v.check_head_dim(self.get("global_head_dim", 512), "global_head_dim")
+        head_dim = self.get("head_dim")
+        if head_dim:
+            return v.check_head_dim(head_dim, "head_dim")
+        hidden, heads = self.get("hidden_size"), self.get("num_attention_heads")
         if not hidden or not heads:
             raise ValueError("config needs head_dim, or hidden_size and num_attention_heads")
         hidden = v.check_int(hidden, "hidden_size", minimum=1)
@@ -115,15 +261,249 @@ def hf_rope_parameters(config: Any, layer_type: str | None = None) -> dict[str, 
             raise ValueError(
                 f"hidden_size={hidden} is not a multiple of num_attention_heads={heads}; give head_dim"
             )
-        head_dim = hidden // heads
-    p["head_dim"] = v.check_head_dim(head_dim, "head_dim")
-    max_pos = get("max_position_embeddings")
-    if max_pos is not None:
-        max_pos = v.check_int(max_pos, "max_position_embeddings", minimum=1)
+        return v.check_head_dim(hidden // heads, "hidden_size // num_attention_heads")
+
+    def _layer_override(self, index: int | None) -> dict[str, Any]:
+        plc = self.d.get("per_layer_config")
+        if index is None or not isinstance(plc, Mapping):
+            return {}
+        o = plc.get(str(index), plc.get(index))
+        return dict(o) if isinstance(o, Mapping) else {}
+
+    # -- layers --------------------------------------------------------------------------------
+    def uses_rope(self, n: int) -> tuple[bool, ...] | None:
+        """Llama 4 / SmolLM3 ``no_rope_layers`` (1: the layer uses RoPE, 0: NoPE)."""
+        if self.family not in ("llama4", "smollm3"):
+            return None
+        flags = self.d.get("no_rope_layers")
+        # transformers: Llama 4 rebuilds an empty list, SmolLM3 only a missing one.
+        if flags is None or (self.family == "llama4" and not flags):
+            interval = v.check_int(self.get("no_rope_layer_interval", 4), "no_rope_layer_interval", minimum=1)
+            return tuple((i + 1) % interval != 0 for i in range(n))
+        flags = v.check_sequence(flags, "no_rope_layers", "0/1 flags")
+        if len(flags) != n:
+            raise ValueError(f"no_rope_layers must have num_hidden_layers={n} entries, got {len(flags)}")
+        return tuple(bool(v.check_int(f, f"no_rope_layers[{i}]", minimum=0)) for i, f in enumerate(flags))
+
+    def layer_types(self, n: int | None) -> tuple[str, ...] | None:
+        lt = self.d.get("layer_types")
+        fam = self.family
+        if lt is not None:
+            types = tuple(str(t) for t in v.check_sequence(lt, "layer_types", "layer type names"))
+            if n is not None and len(types) != n:
+                raise ValueError(f"layer_types must have num_hidden_layers={n} entries, got {len(types)}")
+            if fam == "gemma4" and types and types[-1] != "full_attention":
+                types = (*types[:-1], "full_attention")  # transformers forces it (with a warning)
+            return types
+        if n is None:
+            return None
+
+        def pattern(p: int) -> tuple[str, ...]:
+            return tuple("sliding_attention" if (i + 1) % p else "full_attention" for i in range(n))
+
+        if fam in ("gemma2", "gpt_oss"):
+            return pattern(2)
+        if fam == "gemma3":
+            return pattern(
+                v.check_int(self.get("sliding_window_pattern", 6), "sliding_window_pattern", minimum=1)
+            )
+        if fam == "cohere2":
+            return pattern(
+                v.check_int(self.get("sliding_window_pattern", 4), "sliding_window_pattern", minimum=1)
+            )
+        if fam == "gemma4":
+            types = pattern(6)
+            return (*types[:-1], "full_attention")
+        if fam == "modernbert":
+            every = v.check_int(
+                self.get("global_attn_every_n_layers", 3), "global_attn_every_n_layers", minimum=1
+            )
+            return tuple("sliding_attention" if i % every else "full_attention" for i in range(n))
+        rope = self.uses_rope(n)
+        if fam == "llama4" and rope is not None:
+            return tuple("chunked_attention" if r else "full_attention" for r in rope)
+        if fam == "smollm3" and rope is not None:
+            sliding = bool(self.get("use_sliding_window")) and self.has("sliding_window")
+            return tuple("sliding_attention" if sliding and not r else "full_attention" for r in rope)
+        return None
+
+    # -- RoPE parameters -----------------------------------------------------------------------
+    def _dict(self, key: str) -> dict[str, Any] | None:
+        val = self.d.get(key)
+        if val is None:
+            return None
+        if not isinstance(val, Mapping):
+            raise TypeError(f"config {key} must be a dict, got {type(val).__name__}")
+        return dict(val)
+
+    def nested_types(self) -> tuple[str, ...]:
+        """Layer types with their own RoPE parameters (nested ``rope_parameters`` or a family rule)."""
+        rp = self._dict("rope_parameters") or {}
+        if any(isinstance(val, Mapping) for val in rp.values()):
+            return tuple(k for k, val in rp.items() if isinstance(val, Mapping) or val is None)
+        if self.family in _PER_TYPE:
+            return ("full_attention", "sliding_attention")
+        return ()
+
+    def raw_params(self, layer_type: str | None, source: str | None = None) -> dict[str, Any] | None:
+        """The RoPE parameter dict of ``layer_type`` before defaults (``None``: no RoPE there).
+
+        ``source`` picks ``"rope_parameters"`` or ``"rope_scaling"`` alone (to compare them)."""
+        rp = self._dict("rope_parameters") if source in (None, "rope_parameters") else None
+        rs = self._dict("rope_scaling") if source in (None, "rope_scaling") else None
+        fam = self.family
+        nested = rp is not None and any(isinstance(val, Mapping) for val in rp.values())
+        if nested:
+            assert rp is not None
+            if layer_type is None:
+                keys = [k for k, val in rp.items() if isinstance(val, Mapping)]
+                raise ValueError(
+                    f"config has per-layer RoPE parameters for {keys}; pass layer_type= one of them"
+                )
+            if layer_type not in rp:
+                raise ValueError(
+                    f"layer_type must be one of {list(rp)} (the config's rope_parameters), got {layer_type!r}"
+                )
+            entry = rp[layer_type]
+            if entry is None:
+                return None
+            out = dict(entry)
+            if rs is not None and (
+                fam == "modernbert" or (fam == "gemma3" and layer_type == "full_attention")
+            ):
+                out.update(rs)
+            return out
+        flat = rs if rs is not None else (rp if rp is not None else None)
+        if fam in _PER_TYPE:
+            if layer_type not in ("full_attention", "sliding_attention"):
+                raise ValueError(
+                    f"layer_type must be 'full_attention' or 'sliding_attention' for model_type "
+                    f"{self.model_type!r}, got {layer_type!r}"
+                )
+            if fam == "gemma3":  # rope_scaling is the global layers'
+                return dict(flat or {}) if layer_type == "full_attention" else {"rope_type": "default"}
+            if fam == "modernbert":  # rope_scaling applies to both
+                return dict(flat or {})
+            # gemma4 without rope_parameters: transformers' defaults
+            if flat is not None:
+                raise ValueError(
+                    "Gemma 4 configs need rope_parameters nested per layer type "
+                    "({'full_attention': {...}, 'sliding_attention': {...}}), got a flat dict"
+                )
+            if layer_type == "full_attention":
+                return {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0}
+            return {"rope_type": "default", "rope_theta": 10000.0}
+        if flat is None and fam == "gpt_oss":
+            return {
+                "rope_type": "yarn",
+                "factor": 32.0,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "truncate": False,
+                "original_max_position_embeddings": 4096,
+            }
+        return dict(flat or {})
+
+    def model_theta(self, layer_type: str | None) -> Any:
+        """The base a layer type takes when its RoPE parameters have no ``rope_theta``."""
+        fam = self.family
+        if fam == "gemma3" and layer_type == "sliding_attention":
+            return self.get("rope_local_base_freq")
+        if fam == "modernbert":
+            return self.get("global_rope_theta" if layer_type == "full_attention" else "local_rope_theta")
+        theta = self.get("rope_theta")
+        if theta is None and fam == "gpt_neox":
+            theta = self.get("rotary_emb_base")
+        if theta is None and fam == "chatglm":
+            theta = 10000.0 * v.check_float(self.get("rope_ratio", 1.0), "rope_ratio", above=0.0)
+        return theta
+
+    def default_theta(self, layer_type: str | None) -> float:
+        d = DEFAULT_THETA.get(self.family or "", 10000.0)
+        if isinstance(d, dict):
+            return d.get(layer_type or "full_attention", 10000.0)
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSpec:
+    """One layer's RoPE: its configuration, and M-RoPE sections where the model has them."""
+
+    config: RopeConfig
+    sections: tuple[int, ...] | None = None
+    interleaved: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """Every layer's RoPE (``None``: no RoPE in that layer) and what else the config says."""
+
+    model_type: str | None
+    layer_types: tuple[str, ...] | None
+    layers: tuple[LayerSpec | None, ...]
+    attention: tuple[tuple[str, Any], ...]
+    rope_slice: tuple[int, int] | None
+    notes: tuple[str, ...]
+
+
+def _kind(p: dict[str, Any], family: str | None) -> str:
+    # legacy Qwen2-VL ``"mrope"``: default RoPE plus mrope_section (transformers 5 writes
+    # rope_type "default" beside the old type "mrope")
+    rt, t = (
+        None if x is None else "default" if x == "mrope" else x for x in (p.get("rope_type"), p.get("type"))
+    )
+    if rt is not None and t is not None and rt != t:
+        raise ValueError(f"RoPE parameters give rope_type={rt!r} and type={t!r}; they must agree")
+    kind = rt if rt is not None else (t if t is not None else "default")
+    if not isinstance(kind, str):
+        raise TypeError(f"rope_type must be a string, got {kind!r}")
+    if family == "phi3" and kind in ("su", "yarn"):  # transformers maps both to longrope for Phi-3
+        kind = "longrope"
+    return kind
+
+
+def _flat(
+    cfg: _Cfg, layer_type: str | None, index: int | None, source: str | None = None
+) -> dict[str, Any] | None:
+    """Standardised RoPE parameters of one layer type (as transformers standardises them)."""
+    raw = cfg.raw_params(layer_type, source)
+    if raw is None:
+        return None
+    fam = cfg.family
+    p = {k: val for k, val in raw.items() if k != "type"}
+    p["rope_type"] = _kind(raw, fam)
+    theta = p.get("rope_theta")
+    if theta is None:
+        theta = cfg.model_theta(layer_type)
+    if theta is None:
+        theta = cfg.default_theta(layer_type)
+    p["rope_theta"] = v.check_base(theta, "rope_theta")
+    prf = p.get("partial_rotary_factor")
+    if prf is None:
+        prf = cfg.get("partial_rotary_factor")
+    for key in ("rotary_pct", "rope_pct"):
+        alt = cfg.get(key)
+        if alt is not None:
+            if prf is not None and float(prf) != float(alt):
+                raise ValueError(
+                    f"config gives partial_rotary_factor={prf!r} and {key}={alt!r}; they must agree"
+                )
+            prf = alt
+    if prf is None:
+        prf = _DEFAULT_PRF.get(fam or "", 1.0)
+    prf = v.check_float(prf, "partial_rotary_factor", above=0.0)
+    if prf > 1.0:
+        raise ValueError(f"partial_rotary_factor must be in (0, 1], got {prf}")
+    p["partial_rotary_factor"] = prf
+    p["head_dim"] = cfg.head_dim(layer_type, index)
+    max_pos = cfg.max_positions()
     p["max_position_embeddings"] = max_pos
     if p["rope_type"] in _NEEDS_L0:
-        # transformers gives a top-level original_max_position_embeddings priority (Phi-3).
-        top = get("original_max_position_embeddings")
+        # transformers gives a top-level original_max_position_embeddings priority (Phi-3's
+        # config class always has one, default 4096).
+        top = cfg.get("original_max_position_embeddings")
+        if top is None and fam == "phi3":
+            top = 4096
         l0 = top if top is not None else p.get("original_max_position_embeddings", max_pos)
         if l0 is None:
             raise ValueError(
@@ -136,34 +516,400 @@ def hf_rope_parameters(config: Any, layer_type: str | None = None) -> dict[str, 
     return p
 
 
-def rope_config(config: Any, *, angles: AngleMethod = "exact", layer_type: str | None = None) -> RopeConfig:
-    """The :class:`RopeConfig` of a ``transformers`` config (see :func:`rotary.hf.from_hf`)."""
-    p = hf_rope_parameters(config, layer_type)
+def _layout(cfg: _Cfg) -> Layout:
+    fam = cfg.family
+    if fam in _INTERLEAVED:
+        return "interleaved"
+    if fam == "deepseek_v3":
+        flag = cfg.get("rope_interleave", True)
+        return "interleaved" if v.check_bool(flag, "rope_interleave") else "half"
+    return "half"
+
+
+def _spec(cfg: _Cfg, p: dict[str, Any], angles: AngleMethod) -> LayerSpec:
+    fam = cfg.family
     head_dim = p["head_dim"]
-    rotary_dim = int(head_dim * p["partial_rotary_factor"])
-    rotary_dim -= rotary_dim % 2
     kind = p["rope_type"]
+    prf = p["partial_rotary_factor"]
+    base = p["rope_theta"]
     partial: PartialMode = "neox"
-    scaling: Scaling | dict[str, Any] | None
-    if kind == "proportional":
-        # Gemma 4: exponent over head_dim, the first rotary_dim // 2 pairs rotate, and
-        # every frequency is divided by factor (transformers: ``inv_freq /= factor``).
+    if fam is not None and prf != 1.0 and fam not in _PARTIAL:
+        raise ValueError(
+            f"partial_rotary_factor={prf} but transformers' {cfg.model_type!r} attention rotates the whole "
+            "head (it does not read partial_rotary_factor)"
+        )
+    scaling: Scaling | None
+    if fam == "gptj":
+        rd = cfg.get("rotary_dim", 64) if "rotary_dim" not in cfg.d else cfg.d["rotary_dim"]
+        if rd is None:
+            raise ValueError(
+                "GPT-J config has rotary_dim=null (a rotation of the whole hidden size), unsupported"
+            )
+        rotary_dim = v.check_int(rd, "rotary_dim", even=True)
+        if kind != "default" or base != 10000.0:
+            raise ValueError(
+                "GPT-J's rotary embedding is fixed (base 10000, no scaling); transformers ignores "
+                f"rope_theta/rope_scaling, got rope_type={kind!r}, rope_theta={base!r}"
+            )
+    elif fam == "chatglm":
+        rotary_dim = head_dim // 2
+        rotary_dim -= rotary_dim % 2
+    elif kind == "proportional":
+        # Gemma 4: exponent over head_dim, the first rotary_dim // 2 pairs rotate, and every
+        # frequency is divided by factor (transformers: ``inv_freq /= factor``).
         partial = "proportional"
-        rotary_dim = 2 * int(p["partial_rotary_factor"] * head_dim // 2)
-        factor = p.get("factor", 1.0)
-        scaling = None if factor in (None, 1.0) else {"rope_type": "linear", "factor": factor}
+        rotary_dim = 2 * int(prf * head_dim // 2)
+    else:
+        rotary_dim = int(head_dim * prf)
+        if rotary_dim % 2 or rotary_dim == 0:
+            raise ValueError(
+                f"head_dim={head_dim} * partial_rotary_factor={prf} gives rotary_dim={rotary_dim}; "
+                "RoPE needs an even, positive number of rotated features"
+            )
+    if kind == "proportional":
+        extra = set(p) - {
+            "rope_type",
+            "rope_theta",
+            "partial_rotary_factor",
+            "factor",
+            "head_dim",
+            "max_position_embeddings",
+        }
+        if extra:
+            raise ValueError(
+                f"rope_type 'proportional' does not take {', '.join(repr(k) for k in sorted(extra))}; its "
+                "parameters are ['factor', 'partial_rotary_factor', 'rope_theta']"
+            )
+        factor = v.check_float(
+            p.get("factor", 1.0) if p.get("factor") is not None else 1.0, "proportional factor", above=0.0
+        )
+        scaling = None if factor == 1.0 else Linear(factor)
     else:
         scaling = from_dict(
             p,
             max_position_embeddings=p["max_position_embeddings"],
             original_max_position_embeddings=p.get("original_max_position_embeddings"),
         )
-    return RopeConfig(
+    config = RopeConfig(
         head_dim,
         rotary_dim=None if rotary_dim == head_dim else rotary_dim,
-        base=p["rope_theta"],
-        layout="half",
+        base=base,
+        layout=_layout(cfg),
         scaling=scaling,
         angles=angles,
         partial=partial,
     )
+    sections, interleaved = _mrope(cfg, p)
+    return LayerSpec(config, sections, interleaved)
+
+
+def _mrope(cfg: _Cfg, p: dict[str, Any]) -> tuple[tuple[int, ...] | None, bool]:
+    fam = cfg.family
+    sec = p.get("mrope_section")
+    if sec is None:
+        sec = cfg.get("mrope_section")
+    flag = p.get("mrope_interleaved")
+    if flag is None:
+        flag = cfg.get("mrope_interleaved")
+    if fam in _MROPE:
+        default, interleaved = _MROPE[fam]
+        if flag is not None and v.check_bool(flag, "mrope_interleaved") != interleaved:
+            raise ValueError(
+                f"config has mrope_interleaved={flag!r}, but transformers' {cfg.model_type!r} model "
+                f"{'always' if interleaved else 'never'} interleaves its M-RoPE sections"
+            )
+        sections = v.check_positive_ints(default if sec is None else sec, "mrope_section")
+        return sections, interleaved
+    if sec is None:
+        if flag is not None:
+            raise ValueError("config has mrope_interleaved but no mrope_section")
+        return None, False
+    return v.check_positive_ints(sec, "mrope_section"), bool(flag and v.check_bool(flag, "mrope_interleaved"))
+
+
+def _check_sources(cfg: _Cfg, layer_type: str | None, index: int | None, angles: AngleMethod) -> None:
+    """``rope_parameters`` and ``rope_scaling`` both given: they must describe the same RoPE."""
+    rp, rs = cfg.d.get("rope_parameters"), cfg.d.get("rope_scaling")
+    if not rp or not rs:
+        return
+    specs: list[LayerSpec | str | None] = []
+    for source in ("rope_parameters", "rope_scaling"):
+        try:
+            p = _flat(cfg, layer_type, index, source)
+            specs.append(None if p is None else _spec(cfg, p, angles))
+        except (TypeError, ValueError) as e:
+            specs.append(f"{type(e).__name__}: {e}")
+    if specs[0] != specs[1]:
+        raise ValueError(
+            f"config has both rope_parameters={rp!r} and rope_scaling={rs!r} and they describe different "
+            "RoPEs (transformers would read rope_scaling and drop rope_parameters); remove one"
+        )
+
+
+def _layer_spec(
+    cfg: _Cfg, layer_type: str | None, index: int | None, angles: AngleMethod
+) -> LayerSpec | None:
+    _check_sources(cfg, layer_type, index, angles)
+    p = _flat(cfg, layer_type, index)
+    return None if p is None else _spec(cfg, p, angles)
+
+
+def _attention(cfg: _Cfg, layer_types: tuple[str, ...] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in _ATTENTION_KEYS:
+        val = cfg.d.get(key)
+        if val is None or val is False:
+            continue
+        if key == "sliding_window" and "use_sliding_window" in cfg.d and not cfg.d["use_sliding_window"]:
+            continue
+        if (
+            key in ("attention_chunk_size",)
+            and layer_types is not None
+            and "chunked_attention" not in layer_types
+        ):
+            continue
+        if key in ("floor_scale", "attn_scale") and not cfg.d.get("attn_temperature_tuning"):
+            continue
+        out[key] = val
+    if cfg.family == "gpt_oss":
+        out["attention_sinks"] = True
+    if cfg.family in _DEEPSEEK:
+        p = cfg.raw_params(None) or {}
+        mad = p.get("mscale_all_dim")
+        if mad and p.get("factor"):
+            f = float(p["factor"])
+            m = 1.0 if f <= 1 else 0.1 * float(mad) * math.log(f) + 1.0
+            out["softmax_scale_multiplier"] = m * m
+    return out
+
+
+def model_spec(config: Any, *, angles: AngleMethod = "exact") -> ModelSpec:
+    """Every layer's RoPE of a config (see :func:`rotary.hf.model_rope`)."""
+    cfg = _Cfg(config)
+    n = cfg.num_layers()
+    types = cfg.layer_types(n)
+    per_type = bool(cfg.nested_types())
+    uses = cfg.uses_rope(n) if n is not None else None
+    notes: list[str] = []
+    layers: list[LayerSpec | None] = []
+    cache: dict[Any, LayerSpec | None] = {}
+    if n is not None:
+        if per_type and types is None:
+            raise ValueError(
+                "config has per-layer-type RoPE parameters but no layer_types (or num_hidden_layers)"
+            )
+        for i in range(n):
+            lt = types[i] if types is not None else None
+            if uses is not None and not uses[i]:
+                layers.append(None)
+                continue
+            if cfg.family == "cohere2" and lt == "full_attention":
+                layers.append(None)  # Command R7B: global layers have no positional encoding
+                continue
+            override = cfg._layer_override(i)
+            key = (lt if per_type else None, tuple(sorted(override.items())) if override else ())
+            if key not in cache:
+                cache[key] = _layer_spec(cfg, lt if per_type else None, i, angles)
+            layers.append(cache[key])
+    rope_slice = None
+    if cfg.family in _DEEPSEEK and cfg.has("qk_rope_head_dim"):
+        nope = v.check_int(cfg.get("qk_nope_head_dim", 0), "qk_nope_head_dim", minimum=0)
+        rope_slice = (nope, nope + cfg.head_dim(None, None))
+        notes.append(
+            f"RoPE rotates features {nope}:{rope_slice[1]} of each query head (q_pe after q_nope) and the "
+            "shared qk_rope_head_dim key features (MLA)"
+        )
+    if uses is not None and not all(uses):
+        notes.append(f"layers {[i for i, u in enumerate(uses) if not u]} have no RoPE (no_rope_layers)")
+    if cfg.family is not None and cfg.family not in _KNOWN:
+        notes.append(f"model_type {cfg.model_type!r} is not one rotary knows: read as a Llama-style config")
+    return ModelSpec(
+        cfg.model_type,
+        types,
+        tuple(layers),
+        tuple(_attention(cfg, types).items()),
+        rope_slice,
+        tuple(notes),
+    )
+
+
+def _type_spec(cfg: _Cfg, layer_type: str | None, angles: AngleMethod) -> LayerSpec:
+    """The RoPE of the layers of ``layer_type`` (``None``: the config's one RoPE)."""
+    n = cfg.num_layers()
+    types = cfg.layer_types(n)
+    nested = cfg.nested_types()
+    uses = cfg.uses_rope(n) if n is not None else None
+    if layer_type is None:
+        if nested:
+            kinds = list(nested)
+            if cfg.family == "cohere2" or len(kinds) > 1:
+                raise ValueError(
+                    f"config has per-layer RoPE parameters for {kinds}; pass layer_type= one of them"
+                )
+            layer_type = kinds[0]
+    else:
+        known = set(types or ()) | set(nested)
+        if not known:
+            raise ValueError(f"layer_type={layer_type!r} given but the config has one set of RoPE parameters")
+        if layer_type not in known:
+            raise ValueError(f"layer_type must be one of {sorted(known)}, got {layer_type!r}")
+    index = None
+    if types is not None:
+        candidates = [
+            i
+            for i, t in enumerate(types)
+            if (layer_type is None or t == layer_type)
+            and (uses is None or uses[i])
+            and not (cfg.family == "cohere2" and t == "full_attention")
+        ]
+        if not candidates:
+            raise ValueError(f"no layer of type {layer_type!r} applies RoPE in this config")
+        index = candidates[0]
+    elif uses is not None:
+        index = next((i for i, u in enumerate(uses) if u), None)
+        if index is None:
+            raise ValueError("no layer of this config applies RoPE (no_rope_layers is all 0)")
+    spec = _layer_spec(cfg, layer_type if nested else None, index, angles)
+    if spec is None:
+        raise ValueError(f"layers of type {layer_type!r} have no RoPE in this config")
+    return spec
+
+
+def mrope_index_options(config: Any) -> dict[str, Any]:
+    """The options of :func:`rotary.positions.mrope_position_ids` a Qwen-VL config sets."""
+    d = _as_dict(config)
+    text = d.get("text_config")
+    mt = d.get("model_type")
+    fam = _family(mt if isinstance(mt, str) else None)
+    if fam not in _MROPE and text is not None:
+        tmt = _as_dict(text, "text_config").get("model_type")
+        fam = _family(tmt if isinstance(tmt, str) else None)
+    if fam not in _MROPE:
+        raise ValueError(
+            f"M-RoPE position ids follow Qwen-VL models {sorted(_MROPE)}; config has model_type {mt!r}"
+        )
+    vision = d.get("vision_config")
+    vision = {} if vision is None else _as_dict(vision, "vision_config")
+    ids = {}
+    for key in ("image_token_id", "video_token_id"):
+        val = d.get(key)
+        if val is None:
+            raise ValueError(f"config needs {key} to find image and video tokens")
+        ids[key] = v.check_int(val, key)
+    # Qwen2.5-VL spaces a video's frames by tokens_per_second (transformers' default 4)
+    tps = vision.get("tokens_per_second", 4) if fam == "qwen2_5_vl" else None
+    return {
+        **ids,
+        "spatial_merge_size": v.check_int(
+            vision.get("spatial_merge_size", 2), "spatial_merge_size", minimum=1
+        ),
+        "tokens_per_second": tps,
+        "split_video_frames": fam in ("qwen3_vl", "qwen3_vl_moe"),
+    }
+
+
+def mrope_spec(config: Any, *, angles: AngleMethod = "exact") -> LayerSpec:
+    """The M-RoPE :class:`LayerSpec` of a multimodal config (``ValueError`` when it has none)."""
+    cfg = _Cfg(config)
+    rope_dicts = [cfg._dict("rope_parameters") or {}, cfg._dict("rope_scaling") or {}]
+    if (
+        cfg.family not in _MROPE
+        and not cfg.has("mrope_section")
+        and not any("mrope_section" in d for d in rope_dicts)
+    ):
+        raise ValueError(
+            f"config has no M-RoPE (no mrope_section, and model_type {cfg.model_type!r} is not one of "
+            f"{sorted(_MROPE)})"
+        )
+    spec = _type_spec(cfg, None, angles)
+    if spec.sections is None:  # pragma: no cover - every M-RoPE config above has sections
+        raise ValueError("config has no M-RoPE sections")
+    return spec
+
+
+def layer_type_spec(
+    config: Any, *, angles: AngleMethod = "exact", layer_type: str | None = None
+) -> LayerSpec:
+    """The :class:`LayerSpec` of the layers of ``layer_type`` (see :func:`rotary.hf.from_hf`)."""
+    return _type_spec(_Cfg(config), layer_type, angles)
+
+
+def rope_config(config: Any, *, angles: AngleMethod = "exact", layer_type: str | None = None) -> RopeConfig:
+    """The :class:`RopeConfig` of a ``transformers`` config (see :func:`rotary.hf.from_hf`)."""
+    return _type_spec(_Cfg(config), layer_type, angles).config
+
+
+def hf_rope_parameters(config: Any, layer_type: str | None = None) -> dict[str, Any]:
+    """The config's RoPE parameters as one flat dict, standardised as ``transformers`` does.
+
+    Keys: ``rope_type``, ``rope_theta``, ``partial_rotary_factor``, ``head_dim``,
+    ``max_position_embeddings`` and, for llama3/yarn/longrope, ``original_max_position_embeddings``,
+    plus the scaling's own keys.  Model-level keys are folded in (GPT-NeoX ``rotary_pct`` and
+    ``rotary_emb_base``, DeepSeek ``qk_rope_head_dim`` as ``head_dim``, Gemma 3
+    ``rope_local_base_freq`` for ``layer_type="sliding_attention"``...).
+
+    Examples
+    --------
+    >>> from rotary.hf import hf_rope_parameters
+    >>> p = hf_rope_parameters({"head_dim": 64, "rope_theta": 1e6, "max_position_embeddings": 4096,
+    ...                         "rope_scaling": {"type": "linear", "factor": 2.0}})
+    >>> p["rope_type"], p["rope_theta"], p["factor"], p["head_dim"]
+    ('linear', 1000000.0, 2.0, 64)
+    """
+    cfg = _Cfg(config)
+    nested = cfg.nested_types()
+    if layer_type is None and len(nested) > 1:
+        raise ValueError(
+            f"config has per-layer RoPE parameters for {list(nested)}; pass layer_type= one of them"
+        )
+    if layer_type is not None and not nested and not cfg.layer_types(cfg.num_layers()):
+        raise ValueError(f"layer_type={layer_type!r} given but the config has one set of RoPE parameters")
+    lt = layer_type if nested else None
+    if lt is None and nested:
+        lt = nested[0]
+    p = _flat(cfg, lt, None)
+    if p is None:
+        raise ValueError(f"layers of type {layer_type!r} have no RoPE in this config")
+    return p
+
+
+_KNOWN = frozenset(
+    {
+        "llama",
+        "llama4",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "phi",
+        "phi3",
+        "phimoe",
+        "stablelm",
+        "gpt_neox",
+        "gptj",
+        "cohere",
+        "cohere2",
+        "glm",
+        "glm4",
+        "chatglm",
+        "deepseek_v2",
+        "deepseek_v3",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma4",
+        "modernbert",
+        "smollm3",
+        "gpt_oss",
+        "falcon",
+        "olmo",
+        "olmo2",
+        "olmo3",
+        "granite",
+        "granitemoe",
+        "internlm2",
+        *_MROPE,
+    }
+)

@@ -9,6 +9,7 @@ position has (``_coord_shape``).
 from __future__ import annotations
 
 import operator
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,18 @@ class Rotary:
     layout: Layout
 
     # -- subclass hooks ------------------------------------------------------------------------
+    def _identity(self) -> Hashable:
+        """What makes two instances of one class the same rotation (equality and hash)."""
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        if not (isinstance(other, Rotary) and type(other) is type(self)):
+            return False
+        return other._identity() == self._identity()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._identity()))
+
     def _pair_cos_sin(
         self, pos: Array, be: Backend, dev: Device, dtype: DType, rng: Range
     ) -> tuple[Array, Array]:
@@ -372,11 +385,8 @@ class RoPE(Rotary):
     def _width(self) -> int:
         return self.config.width
 
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.config == self.config
-
-    def __hash__(self) -> int:
-        return hash(self.config)
+    def _identity(self) -> Hashable:
+        return self.config
 
     def __repr__(self) -> str:
         c = self.config

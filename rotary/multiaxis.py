@@ -34,6 +34,7 @@ Pair ``i`` always means the pair of :mod:`rotary.layouts`: features ``(i, i + r/
 from __future__ import annotations
 
 import itertools
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
@@ -119,6 +120,9 @@ class AxialRoPE(Rotary):
         self.base = self._ropes[0].base
         self.angles = self._ropes[0].angles
         self._equal = len(set(split)) == 1
+
+    def _identity(self) -> Hashable:
+        return (self.head_dim, self.rotary_dim, self.layout, self.n_axes, self._ropes)
 
     def __repr__(self) -> str:
         return (
@@ -265,6 +269,9 @@ class MRoPE(Rotary):
         self._rows = tuple(_rows(self.sections, self.interleaved))
         self._masks = tuple(tuple(r == j for r in self._rows) for j in range(len(self.sections)))
         self._bounds = tuple(itertools.pairwise(itertools.accumulate(self.sections, initial=0)))
+
+    def _identity(self) -> Hashable:
+        return (self.rope, self.sections, self.interleaved)
 
     def __repr__(self) -> str:
         il = ", interleaved=True" if self.interleaved else ""

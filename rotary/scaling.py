@@ -4,19 +4,20 @@ A scaling maps the default inverse frequencies ``base**(-2i/d)`` to new ones and
 carry an *attention factor* ``af`` that multiplies cos and sin (so the attention logits
 scale by ``af**2``), exactly as Hugging Face ``transformers`` applies it: once.
 
-=================  ==============  ==============================================  =========
-class              ``rope_type``   frequencies                                     dynamic
-=================  ==============  ==============================================  =========
-``Default``        ``default``     ``base**(-2i/d)``                               no
-``Linear``         ``linear``      divided by ``factor`` (position interpolation)  no
-``NTK``            ``ntk``         base ``base * factor**(d/(d-2))`` (NTK-aware)   no
-``DynamicNTK``     ``dynamic``     NTK base from the sequence length               yes
-``YaRN``           ``yarn``        ramp between interpolation and extrapolation    no
-``Llama3``         ``llama3``      wavelength bands (Llama 3.1 / 3.2)              no
-``LongRoPE``       ``longrope``    per-frequency short/long factors                yes
-``Factors``        ``factors``     per-frequency divisors (LongRoPE's building     no
-                                   block)
-=================  ==============  ==============================================  =========
+=================  ===============  ==============================================  =========
+class              ``rope_type``    frequencies                                     dynamic
+=================  ===============  ==============================================  =========
+``Default``        ``default``      ``base**(-2i/d)``                               no
+``Linear``         ``linear``       divided by ``factor`` (position interpolation)  no
+``NTK``            ``ntk``          base ``base * factor**(d/(d-2))`` (NTK-aware)   no
+``DynamicNTK``     ``dynamic``      NTK base from the sequence length               yes
+``YaRN``           ``yarn``         ramp between interpolation and extrapolation    no
+``Llama3``         ``llama3``       wavelength bands (Llama 3.1 / 3.2 / 4)          no
+``LongRoPE``       ``longrope``     per-frequency short/long factors                yes
+``Factors``        ``factors``      per-frequency divisors (LongRoPE's building     no
+                                    block)
+``Frequencies``    ``frequencies``  given per pair (re-rotating cached keys)        no
+=================  ===============  ==============================================  =========
 
 Dynamic scalings read the sequence length ``seq_len = max(pos) + 1`` from the positions,
 in the backend (no value branching: every candidate set of frequencies is evaluated and
@@ -61,6 +62,7 @@ __all__ = [
     "Default",
     "DynamicNTK",
     "Factors",
+    "Frequencies",
     "Linear",
     "Llama3",
     "LongRoPE",
@@ -245,6 +247,51 @@ class Factors(Scaling):
 
 
 @dataclasses.dataclass(frozen=True)
+class Frequencies(Scaling):
+    """Explicit per-pair frequencies: ``inv_i = freqs[i]`` whatever the base (attention factor 1).
+
+    For rotations whose frequencies come from elsewhere: a checkpoint's own table, or the
+    *difference* of two RoPEs' frequencies, which re-rotates cached keys from one to the
+    other in one exact rotation (:func:`rotary.positions.rerotate_keys`).  Entries may be
+    zero (that pair does not rotate) or negative (it rotates backwards).  ``"float32"``
+    angles use ``float32(freqs[i])``.
+
+    Examples
+    --------
+    >>> import numpy as np, rotary
+    >>> rope = rotary.RoPE(4, scaling=rotary.scaling.Frequencies((0.5, -0.25)))
+    >>> rope.inv_freq()
+    array([ 0.5 , -0.25])
+    >>> c, s = rope.cos_sin([2])
+    >>> np.round(s, 6)
+    array([[ 0.841471, -0.479426]], dtype=float32)
+    """
+
+    freqs: tuple[float, ...]
+    rope_type: ClassVar[str] = "frequencies"
+
+    def __post_init__(self) -> None:
+        items = v.check_sequence(self.freqs, "Frequencies freqs", "finite numbers")
+        if not items:
+            raise ValueError("Frequencies freqs must hold at least one frequency")
+        _set(self, "freqs", tuple(v.check_float(f, f"Frequencies freqs[{i}]") for i, f in enumerate(items)))
+
+    def check_dim(self, dim: int) -> None:
+        if len(self.freqs) != dim // 2:
+            raise ValueError(
+                f"Frequencies freqs must have rotary_dim // 2 = {dim // 2} entries, got {len(self.freqs)}"
+            )
+
+    def inv_freq(self, dim: int, base: float) -> np.ndarray:
+        self.check_dim(dim)
+        return np.asarray(self.freqs, dtype=np.float64)
+
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Device = None) -> Array:
+        self.check_dim(dim)
+        return xp.asarray(self.freqs, dtype=xp.float32, device=device)
+
+
+@dataclasses.dataclass(frozen=True)
 class YaRN(Scaling):
     """YaRN (HF ``"yarn"``): interpolate low frequencies, keep high ones, ramp between.
 
@@ -375,7 +422,8 @@ class Llama3(Scaling):
     Wavelengths ``2 pi / inv`` shorter than ``L0 / high_freq_factor`` keep their frequency,
     longer than ``L0 / low_freq_factor`` are divided by ``factor``, the band between
     interpolates.  Llama 3.1 uses ``factor=8``, Llama 3.2 1B/3B ``factor=32`` (``L0 = 8192``,
-    low 1, high 4).
+    low 1, high 4).  ``low_freq_factor == high_freq_factor`` (Llama 4 Scout: both 1) leaves no
+    band between: a frequency is kept or divided.
 
     Examples
     --------
@@ -400,9 +448,9 @@ class Llama3(Scaling):
         )
         lo = v.check_float(self.low_freq_factor, "Llama3 low_freq_factor", above=0.0)
         hi = v.check_float(self.high_freq_factor, "Llama3 high_freq_factor", above=0.0)
-        if not hi > lo:
+        if not hi >= lo:
             raise ValueError(
-                f"Llama3 needs low_freq_factor < high_freq_factor, got low_freq_factor={lo!r}, "
+                f"Llama3 needs low_freq_factor <= high_freq_factor, got low_freq_factor={lo!r}, "
                 f"high_freq_factor={hi!r}"
             )
         _set(self, "low_freq_factor", lo)
@@ -414,6 +462,8 @@ class Llama3(Scaling):
         low_wl, high_wl = L0 / lff, L0 / hff
         wavelen = 2 * math.pi / inv
         out = where(wavelen > low_wl, inv / s, inv)
+        if hff == lff:  # no band between (HF's smooth factor would divide by zero, unused)
+            return out
         smooth = (L0 / wavelen - lff) / (hff - lff)
         smoothed = (1 - smooth) * out / s + smooth * out
         medium = logical_and(logical_not(wavelen < high_wl), logical_not(wavelen > low_wl))
@@ -672,7 +722,7 @@ def register(cls: type[Scaling]) -> type[Scaling]:
     return cls
 
 
-for _cls in (Default, Linear, NTK, Factors, YaRN, Llama3, DynamicNTK, LongRoPE):
+for _cls in (Default, Linear, NTK, Factors, Frequencies, YaRN, Llama3, DynamicNTK, LongRoPE):
     register(_cls)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -172,3 +173,43 @@ def test_missing_extra_is_named(tmp_path, name, blocked, extra):
     assert f"{name}.py needs {', '.join(blocked)}, not installed here" in res.stderr
     assert f'pip install "{extra}"' in res.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_port_checkpoint(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("safetensors")
+    pytest.importorskip("jax")
+    ex = load("port_checkpoint")
+    diffs = ex.main(["--out", str(tmp_path), "--seq", "6", "--start", "3000"])
+    assert sorted(os.listdir(tmp_path))[:2] == ["config.json", "generation_config.json"]
+    scale = 64 * np.finfo(np.float32).eps * 20  # outputs are O(10)
+    assert diffs["numpy"] < scale and diffs["jax"] < scale, diffs
+    assert diffs["numpy, no convert_layout"] > 1.0, diffs  # without the weight permutation: wrong
+    # the port half runs with transformers and torch unimportable, and imports neither
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('torch', 'transformers'):\n"
+        "            raise ImportError(f'{name} is blocked')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import importlib.util, numpy as np\n"
+        f"spec = importlib.util.spec_from_file_location('ex', {str(EXAMPLES / 'port_checkpoint.py')!r})\n"
+        "ex = importlib.util.module_from_spec(spec); spec.loader.exec_module(ex)\n"
+        "x = np.random.default_rng(0).standard_normal((2, 6, 64)).astype(np.float32)\n"
+        f"out = ex.port({str(tmp_path)!r}, x, np.arange(3000, 3006))\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules\n"
+        "print(sorted(out), max(float(np.abs(out['numpy'] - out['jax']).max()), 0.0))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env())
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "'jax'" in res.stdout and "'numpy'" in res.stdout
+
+
+def _env():
+    env = dict(os.environ)
+    root = str(EXAMPLES.parent)
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    return env

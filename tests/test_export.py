@@ -108,6 +108,29 @@ def test_torch_compile_fullgraph_recompiles_at_most_once(name, dynamic, rng):
     assert len(graphs) <= (1 if dynamic else 2), f"{len(graphs)} graphs for {len(SEQS)} sequence lengths"
 
 
+def test_new_configurations_inside_one_compiled_graph(rng):
+    """Regression: two options never seen before, first met inside one traced function (the
+    second used to be missing from the trace's view of the interned table: KeyError), and
+    later configurations interned eagerly do not recompile it."""
+    torch = pytest.importorskip("torch")
+    torch._dynamo.reset()
+    graphs: list = []
+    bases = [float(b) for b in rng.uniform(1000.0, 2000.0, size=3)]  # fresh in this process
+
+    def fn(q, pos):
+        return rotary.rotate(q, pos, base=bases[0]) - rotary.apply(q, q, pos, base=bases[1])[1]
+
+    compiled = torch.compile(fn, fullgraph=True, backend=_counting_backend(graphs))
+    q = torch.from_numpy(_x(rng, (1, 2, 6, 16)))
+    pos = torch.arange(6) + 40
+    want = reference.rotate(q.numpy(), pos.numpy(), base=bases[0])
+    want = want - reference.rotate(q.numpy(), pos.numpy(), base=bases[1])
+    assert_close(compiled(q, pos), want, like=q, scale=2)
+    rotary.rotate(q, pos, base=bases[2])  # another configuration, interned eagerly
+    assert_close(compiled(q, pos), want, like=q, scale=2)
+    assert len(graphs) == 1
+
+
 def test_torch_compile_inductor_dynamic(rng):
     """The real compiler (inductor) with dynamic shapes."""
     torch = pytest.importorskip("torch")

@@ -379,3 +379,14 @@ def test_errors_name_the_argument(rng):
         rotary.MRoPE(16, (2, 3, 3)).rotate(x[:, :8], np.zeros((3, 4), dtype=int))
     with pytest.raises(ValueError, match="partial must be one of"):
         rotary.rotate(x, np.arange(4), partial="gemma")
+
+
+def test_multiaxis_classes_compare_by_value():
+    """Equal options, equal objects (as RoPE): usable as keys, in sets, and by ``hf`` round trips."""
+    assert rotary.MRoPE(16, (2, 3, 3)) == rotary.MRoPE(16, [2, 3, 3])
+    assert rotary.MRoPE(16, (2, 3, 3)) != rotary.MRoPE(16, (3, 3, 2))
+    assert rotary.MRoPE(16, (2, 3, 3)) != rotary.MRoPE(16, (2, 3, 3), base=500.0)
+    assert rotary.AxialRoPE(16, 2) == rotary.AxialRoPE(16, 2, split=(8, 8))
+    assert rotary.AxialRoPE(16, 2) != rotary.AxialRoPE(16, 2, split=(4, 12))
+    assert rotary.AxialRoPE(16, 1) != rotary.RoPE(16)
+    assert len({rotary.MRoPE(16, (2, 3, 3)), rotary.MRoPE(16, (2, 3, 3)), rotary.AxialRoPE(16)}) == 2

@@ -13,6 +13,7 @@ import collections
 import contextlib
 import os
 import threading
+import types
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, NamedTuple, TypeVar
 
@@ -190,7 +191,10 @@ def fast_paths(enabled: bool) -> Iterator[None]:
 
 
 # -- interned objects -------------------------------------------------------------------------
-_INTERNED: dict[str, Any] = {}
+# The objects are attributes of a module object, not items of a dict: ``torch.compile`` reads a
+# module attribute as it is when the trace reaches it, and a dict as it was when the trace first
+# read it (so a second configuration interned in the same trace would not be found).
+_INTERNED = types.ModuleType("rotary._interned")
 _HANDLES: dict[Hashable, str] = {}
 _MAX_INTERNED = 1024
 
@@ -202,18 +206,19 @@ def intern(key: Hashable, make: Callable[[], Any]) -> str:
     with _CACHE._lock:
         handle = _HANDLES.get(key)
         if handle is None:
-            if len(_INTERNED) >= _MAX_INTERNED:
-                _INTERNED.clear()
+            if len(_HANDLES) >= _MAX_INTERNED:
+                for h in _HANDLES.values():
+                    delattr(_INTERNED, h)
                 _HANDLES.clear()
-            handle = f"rotary-{len(_INTERNED)}-{hash(key) & 0xFFFFFFFF:x}"
-            _INTERNED[handle] = make()
+            handle = f"rotary_{len(_HANDLES)}_{hash(key) & 0xFFFFFFFF:x}"
+            setattr(_INTERNED, handle, make())
             _HANDLES[key] = handle
         return handle
 
 
 def interned(handle: str) -> Any:
     """The object behind ``handle``."""
-    return _INTERNED[handle]
+    return getattr(_INTERNED, handle)
 
 
 # -- checked signatures ----------------------------------------------------------------------

@@ -1,0 +1,654 @@
+"""Positions as models need them, and the re-rotation of cached keys.
+
+Packed (varlen) batches
+    :func:`from_lengths`, :func:`from_cu_seqlens`: positions restarting at 0 for every
+    document of a packed sequence (flash-attn ``cu_seqlens``, TransformerEngine ``thd``).
+Padding
+    :func:`from_attention_mask`: Hugging Face's ``cumsum(mask) - 1`` positions (left padding,
+    batched decode), padding tokens at ``fill``.
+M-RoPE
+    :func:`mrope_position_ids`: the ``(3, batch, seq)`` position ids and per-row deltas of
+    Qwen2-VL / Qwen2.5-VL / Qwen3-VL (``get_rope_index`` in ``transformers``);
+    :func:`mrope_text_positions` for the text tokens generated after them.
+KV cache
+    :func:`shift_keys` moves keys rotated at ``p`` to ``p + delta`` (context shift);
+    :func:`rerotate_keys` moves keys from one RoPE's frequencies to another's, and
+    :func:`longrope_switch` does it for LongRoPE's short-to-long switch.  Both rotate once by
+    the exact angles of the difference (``delta * theta`` or ``p * (theta_dst - theta_src)``),
+    not by unrotating and rotating again in float32.
+
+All take arrays of any supported library (or Python / NumPy values) and return arrays of the
+same library and device; the packed, padding and re-rotation functions are array-API code that
+traces under ``jax.jit`` and ``torch.compile`` (pass ``total=`` where the output size would
+otherwise be read from the values).  :func:`mrope_position_ids` follows the token layout of
+each row, so it runs on host values, as ``transformers`` does.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from ._backends import Backend, backend_for
+from ._config import RopeConfig
+from ._lib import _validation as v
+from ._lib._cache import intern, interned
+from ._lib._compat import array_namespace, as_namespace, is_array, to_numpy
+from ._lib._typing import Array, Device, DType, Layout, Namespace
+from ._rope import RoPE
+from .multiaxis import MRoPE
+from .scaling import Factors, Frequencies, LongRoPE
+
+__all__ = [
+    "from_attention_mask",
+    "from_cu_seqlens",
+    "from_lengths",
+    "longrope_switch",
+    "mrope_position_ids",
+    "mrope_text_positions",
+    "rerotate_keys",
+    "shift_keys",
+]
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _namespace(x: Any, xp: Any) -> Namespace:
+    if xp is not None:
+        return as_namespace(xp)
+    return array_namespace(x) if is_array(x) else array_namespace()
+
+
+def _int_dtype(be: Backend, device: Device) -> DType:
+    return be.xp.int64 if be.has_int64(device) else be.xp.int32
+
+
+def _as_int_array(x: Any, name: str, be: Backend, device: Device, ndim: int | None = 1) -> Array:
+    """``x`` as an integer array of ``be`` (host values converted; arrays checked for dtype)."""
+    xp = be.xp
+    if is_array(x) and array_namespace(x) is xp:
+        arr = x
+    else:
+        host = np.asarray(to_numpy(x) if is_array(x) else x)
+        if host.size == 0:
+            host = host.astype(np.int64)
+        if not np.issubdtype(host.dtype, np.integer):
+            raise TypeError(f"{name} must hold integers, got dtype {host.dtype}")
+        arr = xp.asarray(host.astype(np.int64), dtype=_int_dtype(be, device), device=device)
+    if not v.is_integral(arr.dtype):
+        raise TypeError(f"{name} must be an integer array, got dtype {v.dtype_name(arr.dtype)}")
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must be a {ndim}-d array, got shape {tuple(arr.shape)}")
+    return arr
+
+
+def _check_host(be: Backend, x: Array, name: str, *, cu: bool) -> int | None:
+    """Value checks where the values can be read; the total length (``None`` when not concrete)."""
+    if not be.is_concrete(x):
+        return None
+    h = np.asarray(be.host_values(x), dtype=np.int64)
+    if cu:
+        if h.size == 0 or h[0] != 0:
+            raise ValueError(
+                f"{name} must start at 0 (cumulative lengths, n_docs + 1 entries), got {h.tolist()}"
+            )
+        if np.any(np.diff(h) < 0):
+            raise ValueError(f"{name} must be non-decreasing, got {h.tolist()}")
+        return int(h[-1])
+    if np.any(h < 0):
+        raise ValueError(f"{name} must be non-negative, got {h.tolist()}")
+    return int(h.sum())
+
+
+def _packed(be: Backend, starts: Array, ends: Array, total: int, device: Device) -> Array:
+    xp = be.xp
+    dt = starts.dtype
+    t = xp.arange(total, dtype=dt, device=device)
+    n = starts.shape[0]
+    if n == 0:
+        return xp.zeros((total,), dtype=dt, device=device)
+    if hasattr(xp, "searchsorted") and be.has_int64(device):  # (it returns the default index dtype)
+        doc = xp.searchsorted(ends, t, side="right")
+    else:  # one comparison per document
+        doc = xp.sum(xp.astype(ends[None, :] <= t[:, None], dt), axis=1, dtype=dt)
+    inside = doc < n
+    doc = xp.clip(doc, max=n - 1)
+    start = xp.take(starts, xp.astype(doc, dt), axis=0)
+    return xp.where(inside, t - start, xp.zeros_like(t))
+
+
+def _total(total: Any, known: int | None, name: str) -> int:
+    if total is None:
+        if known is None:
+            raise ValueError(
+                f"the values of {name} cannot be read here (traced or lazy): pass total= (the packed length)"
+            )
+        return known
+    total = v.check_int(total, "total", minimum=0)
+    if known is not None and total < known:
+        raise ValueError(f"total={total} is shorter than the documents of {name} ({known} tokens)")
+    return total
+
+
+# -- packed batches -----------------------------------------------------------------------------
+def from_lengths(lengths: Any, *, total: int | None = None, xp: Any = None, device: Device = None) -> Array:
+    """Positions of a packed sequence of documents of ``lengths`` tokens, restarting at 0 for each.
+
+    Parameters
+    ----------
+    lengths : array or sequence of int
+        Tokens per document, shape ``(n_docs,)``, non-negative.
+    total : int, optional
+        Length of the packed sequence (default ``sum(lengths)``; needed under ``jax.jit``).
+        Tokens past the last document (padding of a fixed-size buffer) get position 0.
+    xp, device
+        Namespace and device of the result (default: those of ``lengths``; NumPy for host values).
+
+    Returns
+    -------
+    array
+        Shape ``(total,)``, the integer dtype of ``lengths`` (int64 for host values where the
+        library has it).
+
+    Examples
+    --------
+    >>> from rotary import positions
+    >>> positions.from_lengths([3, 1, 2])
+    array([0, 1, 2, 0, 0, 1])
+    >>> positions.from_lengths([2, 2], total=6)
+    array([0, 1, 0, 1, 0, 0])
+    """
+    ns = _namespace(lengths, xp)
+    be = backend_for(ns)
+    lens = _as_int_array(lengths, "lengths", be, device)
+    device = be.creation_device(lens) if device is None else device
+    known = _check_host(be, lens, "lengths", cu=False)
+    n = _total(total, known, "lengths")
+    ends = be.xp.cumulative_sum(lens, dtype=lens.dtype)
+    return _packed(be, ends - lens, ends, n, device)
+
+
+def from_cu_seqlens(
+    cu_seqlens: Any, *, total: int | None = None, xp: Any = None, device: Device = None
+) -> Array:
+    """Positions of a packed sequence from cumulative document lengths (flash-attn ``cu_seqlens``).
+
+    Parameters
+    ----------
+    cu_seqlens : array or sequence of int
+        Shape ``(n_docs + 1,)``: ``0``, then the running total of the document lengths.
+    total, xp, device
+        As in :func:`from_lengths` (default ``total = cu_seqlens[-1]``).
+
+    Examples
+    --------
+    >>> from rotary import positions
+    >>> positions.from_cu_seqlens([0, 3, 4, 6])
+    array([0, 1, 2, 0, 0, 1])
+    """
+    ns = _namespace(cu_seqlens, xp)
+    be = backend_for(ns)
+    cu = _as_int_array(cu_seqlens, "cu_seqlens", be, device)
+    if cu.shape[0] == 0:
+        raise ValueError("cu_seqlens must have n_docs + 1 >= 1 entries, got none")
+    device = be.creation_device(cu) if device is None else device
+    known = _check_host(be, cu, "cu_seqlens", cu=True)
+    n = _total(total, known, "cu_seqlens")
+    return _packed(be, cu[:-1], cu[1:], n, device)
+
+
+def from_attention_mask(mask: Array, *, fill: int = 0) -> Array:
+    """Positions from an attention mask, Hugging Face's convention: ``cumsum(mask) - 1``.
+
+    With left padding every row's first real token is at position 0; padding tokens get
+    ``fill`` (0, as ``transformers``' ``generate`` sets them).  For a decode step with a KV
+    cache, pass the mask of the cache plus the new tokens and keep the last columns.
+
+    Parameters
+    ----------
+    mask : array
+        Shape ``(..., seq)``, 1/``True`` for real tokens, 0/``False`` for padding.
+    fill : int
+        Position given to padding tokens.
+
+    Returns
+    -------
+    array
+        Integer positions (int64 where the library has it), the shape of ``mask``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rotary import positions
+    >>> mask = np.array([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    >>> positions.from_attention_mask(mask)
+    array([[0, 0, 0, 1, 2],
+           [0, 1, 2, 3, 4]])
+    """
+    xp = _namespace(mask, None)
+    be = backend_for(xp)
+    if not is_array(mask):
+        mask = np.asarray(mask)
+        xp = _namespace(mask, None)
+        be = backend_for(xp)
+    if mask.ndim < 1:
+        raise ValueError("mask must have at least one axis (..., seq), got a 0-d array")
+    fill = v.check_int(fill, "fill")
+    dev = be.creation_device(mask)
+    dt = _int_dtype(be, dev)
+    if v.is_integral(mask.dtype) or xp.isdtype(mask.dtype, "bool"):
+        on = mask != 0 if v.is_integral(mask.dtype) else mask
+    else:
+        raise TypeError(f"mask must be a boolean or integer array, got dtype {v.dtype_name(mask.dtype)}")
+    pos = xp.cumulative_sum(xp.astype(on, dt), axis=-1, dtype=dt) - 1
+    return xp.where(on, pos, xp.full(pos.shape, fill, dtype=dt, device=dev))
+
+
+# -- M-RoPE -------------------------------------------------------------------------------------
+def _grids(x: Any, name: str) -> np.ndarray:
+    if x is None:
+        return np.zeros((0, 3), dtype=np.int64)
+    g = np.asarray(to_numpy(x))
+    if g.ndim != 2 or g.shape[1] != 3 or not np.issubdtype(g.dtype, np.integer):
+        raise ValueError(
+            f"{name} must be an integer array of shape (n, 3) (t, h, w), got {g.dtype} {g.shape}"
+        )
+    if np.any(g <= 0):
+        raise ValueError(f"{name} must hold positive grid sizes, got {g.tolist()}")
+    return g.astype(np.int64)
+
+
+def mrope_position_ids(
+    token_types: Any,
+    image_grid_thw: Any = None,
+    video_grid_thw: Any = None,
+    *,
+    attention_mask: Any = None,
+    spatial_merge_size: int = 2,
+    tokens_per_second: float | None = None,
+    second_per_grid_ts: Any = None,
+    split_video_frames: bool = False,
+) -> tuple[Array, Array]:
+    """M-RoPE position ids ``(3, batch, seq)`` and per-row deltas, as Qwen-VL models build them.
+
+    Text tokens take the same position on the three rows (temporal, height, width), counting
+    on from the previous token; each image or video (a run of its tokens) takes a grid:
+    temporal index (times the video's time interval), row and column, offset by the position
+    reached so far, which then advances by ``max(h, w) // spatial_merge_size``.  The deltas
+    (``max position + 1 - tokens``, shape ``(batch, 1)``) give the positions of later text
+    tokens (:func:`mrope_text_positions`).  Equal to ``get_rope_index`` of ``transformers``'
+    Qwen2-VL, Qwen2.5-VL (``tokens_per_second``, ``second_per_grid_ts``) and Qwen3-VL
+    (``split_video_frames=True``); :func:`rotary.hf.mrope_index` reads these options from a
+    config.
+
+    Parameters
+    ----------
+    token_types : array
+        ``(batch, seq)``: 0 text, 1 image, 2 video (``transformers``' ``mm_token_type_ids``).
+    image_grid_thw, video_grid_thw : array, optional
+        ``(n, 3)`` patch grids ``(t, h, w)`` of the images / videos, in order of appearance
+        over the whole batch.
+    attention_mask : array, optional
+        ``(batch, seq)``; padding tokens are skipped and get position 0.
+    spatial_merge_size : int
+        Patches merged per side into one token by the vision encoder.
+    tokens_per_second, second_per_grid_ts
+        Qwen2.5-VL: a video's temporal index is scaled by ``tokens_per_second *
+        second_per_grid_ts[i]`` (``second_per_grid_ts`` default 1 per video) and truncated.
+    split_video_frames : bool
+        Qwen3-VL: each video frame is its own grid (``t = 1``), its frames separated by
+        timestamp text tokens.
+
+    Returns
+    -------
+    position_ids, deltas : arrays
+        Integer arrays of the namespace and device of ``token_types``, shapes
+        ``(3, batch, seq)`` and ``(batch, 1)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rotary import positions
+    >>> types = np.array([[0, 0, 1, 1, 1, 1, 0]])           # 2 text, a 2x2-token image, 1 text
+    >>> ids, delta = positions.mrope_position_ids(types, [[1, 4, 4]])
+    >>> ids[:, 0]
+    array([[0, 1, 2, 2, 2, 2, 4],
+           [0, 1, 2, 2, 3, 3, 4],
+           [0, 1, 2, 3, 2, 3, 4]])
+    >>> delta
+    array([[-2]])
+    """
+    xp = _namespace(token_types, None)
+    be = backend_for(xp)
+    tt = np.asarray(to_numpy(token_types))
+    if tt.ndim != 2 or not np.issubdtype(tt.dtype, np.integer):
+        raise ValueError(
+            f"token_types must be an integer array of shape (batch, seq), got {tt.dtype} {tt.shape}"
+        )
+    if not set(np.unique(tt).tolist()) <= {0, 1, 2}:
+        raise ValueError(
+            f"token_types must hold 0 (text), 1 (image) or 2 (video), got {sorted(set(tt.ravel()))}"
+        )
+    m = v.check_int(spatial_merge_size, "spatial_merge_size", minimum=1)
+    mask = None
+    if attention_mask is not None:
+        mask = np.asarray(to_numpy(attention_mask)).astype(bool)
+        if mask.shape != tt.shape:
+            raise ValueError(
+                f"attention_mask must have the shape of token_types {tt.shape}, got {mask.shape}"
+            )
+    grids = {1: _grids(image_grid_thw, "image_grid_thw"), 2: _grids(video_grid_thw, "video_grid_thw")}
+    n_videos = grids[2].shape[0]
+    if v.check_bool(split_video_frames, "split_video_frames"):
+        vid = np.repeat(grids[2], grids[2][:, 0], axis=0)
+        vid[:, 0] = 1
+        grids[2] = vid
+    tps = (
+        None
+        if tokens_per_second is None
+        else v.check_float(tokens_per_second, "tokens_per_second", above=0.0)
+    )
+    if second_per_grid_ts is not None:
+        if tps is None:
+            raise ValueError("second_per_grid_ts needs tokens_per_second")
+        secs = np.asarray(to_numpy(second_per_grid_ts), dtype=np.float32).reshape(-1)
+        if secs.shape[0] != n_videos:
+            raise ValueError(
+                f"second_per_grid_ts must have one entry per video ({n_videos}), got {secs.shape[0]}"
+            )
+        sec_iter = iter(secs.tolist())
+    else:
+        sec_iter = iter([1] * tt.shape[1])  # transformers' default: one per token, shared by the batch
+    iters = {1: iter(grids[1].tolist()), 2: iter(grids[2].tolist())}
+    out = np.zeros((3, *tt.shape), dtype=np.int64)
+    deltas = np.zeros((tt.shape[0], 1), dtype=np.int64)
+    for b in range(tt.shape[0]):
+        row = tt[b] if mask is None else tt[b][mask[b]]
+        parts: list[np.ndarray] = []
+        cur = 0
+        for kind, grp in itertools.groupby(row.tolist()):
+            count = sum(1 for _ in grp)
+            if kind == 0:
+                parts.append(np.broadcast_to(np.arange(cur, cur + count, dtype=np.int64), (3, count)))
+                cur += count
+                continue
+            what = "image" if kind == 1 else "video"
+            try:
+                t, h, w = next(iters[kind])
+            except StopIteration:
+                raise ValueError(f"token_types has more {what}s than {what}_grid_thw rows") from None
+            lt, lh, lw = t, h // m, w // m
+            if lt * lh * lw != count:
+                raise ValueError(
+                    f"an {what} of grid {(t, h, w)} (spatial_merge_size={m}) has {lt * lh * lw} tokens, "
+                    f"but its run in token_types row {b} has {count}"
+                )
+            if kind == 2 and tps is not None:
+                interval = np.float32(tps) * np.float32(next(sec_iter))
+                tpos = (np.arange(lt, dtype=np.float32) * interval).astype(np.int64)
+            else:
+                tpos = np.arange(lt, dtype=np.int64)
+            tg, hg, wg = np.meshgrid(tpos, np.arange(lh) + cur, np.arange(lw) + cur, indexing="ij")
+            parts.append(np.stack([tg.ravel() + cur, hg.ravel(), wg.ravel()]))
+            cur += max(h, w) // m
+        llm = np.concatenate(parts, axis=1) if parts else np.zeros((3, 0), dtype=np.int64)
+        if mask is None:
+            out[:, b] = llm
+        else:
+            out[:, b, mask[b]] = llm
+        deltas[b, 0] = (llm.max() + 1 if llm.size else 0) - row.shape[0]
+    dev = be.creation_device(token_types) if is_array(token_types) else None
+    dt = _int_dtype(be, dev)
+    return xp.asarray(out, dtype=dt, device=dev), xp.asarray(deltas, dtype=dt, device=dev)
+
+
+def mrope_text_positions(positions: Any, deltas: Any) -> Array:
+    """M-RoPE position ids ``(3, batch, n)`` of text tokens after an image or video prompt.
+
+    ``positions`` are the tokens' 1-D positions ``(batch, n)`` (e.g. the cache length plus
+    ``arange(n)``, or :func:`from_attention_mask` under left padding), ``deltas`` the
+    ``(batch, 1)`` deltas of :func:`mrope_position_ids`: every row gets ``positions + deltas``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rotary import positions
+    >>> positions.mrope_text_positions(np.array([[7, 8]]), np.array([[-2]]))[:, 0]
+    array([[5, 6],
+           [5, 6],
+           [5, 6]])
+    """
+    xp = _namespace(positions, None)
+    if not is_array(positions):
+        positions = xp.asarray(np.asarray(positions))
+    if not is_array(deltas) or array_namespace(deltas) is not xp:
+        deltas = xp.asarray(np.asarray(to_numpy(deltas)), dtype=positions.dtype, device=_device_of(positions))
+    p = positions + deltas
+    return xp.broadcast_to(p[None, ...], (3, *p.shape))
+
+
+def _device_of(x: Array) -> Device:
+    return backend_for(array_namespace(x)).creation_device(x)
+
+
+# -- KV-cache re-rotation -----------------------------------------------------------------------
+def _key_namespace(k: Any) -> Backend:
+    if not is_array(k):
+        raise TypeError(f"k must be an array of shape (..., head_dim), got {type(k).__name__}")
+    return backend_for(array_namespace(k))
+
+
+def _plain(rope: Any) -> Any:
+    """What identifies a RoPE or MRoPE, as values a trace can pass as constants (frozen
+    dataclasses and tuples, not the objects)."""
+    if rope is None or isinstance(rope, RoPE):
+        return None if rope is None else rope.config
+    return (rope.rope.config, rope.sections, rope.interleaved)
+
+
+def _unplain(plain: Any) -> Any:
+    if plain is None or isinstance(plain, RopeConfig):
+        return None if plain is None else RoPE.from_config(plain)
+    cfg, sections, interleaved = plain
+    return MRoPE(
+        cfg.head_dim,
+        sections,
+        interleaved=interleaved,
+        base=cfg.base,
+        layout=cfg.layout,
+        rotary_dim=cfg.rotary_dim,
+        scaling=cfg.scaling,
+        angles=cfg.angles,
+    )
+
+
+def _rotation_handle(kind: str, a: Any, b: Any) -> str:
+    """The handle of the pure rotations ``kind`` of RoPEs ``a`` (and ``b``, both :func:`_plain`):
+    made on the host, once, even inside a trace (``Backend.eager``)."""
+    return intern(("positions", kind, a, b), lambda: _make_rotation(kind, _unplain(a), _unplain(b)))
+
+
+def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``a + b = hi + lo`` exactly (Knuth's TwoSum, float64)."""
+    hi = a + b
+    bb = hi - a
+    return hi, (a - (hi - bb)) + (b - bb)
+
+
+def _make_rotation(kind: str, a: Any, b: Any) -> tuple[RoPE, ...]:
+    """The rotation by ``pos * freqs`` alone (exact angles, no attention factor), as one RoPE, or
+    two when ``freqs`` is a difference of float64 frequencies: ``hi + lo`` equals it exactly."""
+    if kind == "shift":
+        parts = [_static_freqs(a, "rope")]
+    else:
+        if kind == "rerotate":
+            w_src, w_dst = _static_freqs(a, "src"), _static_freqs(b, "dst")
+        else:  # LongRoPE: short factors' frequencies to long factors'
+            cfg, sc = a.config, a.config.scaling
+            w_src = np.asarray(cfg.with_scaling(Factors(sc.short_factor)).host_inv_freq(), dtype=np.float64)
+            w_dst = np.asarray(cfg.with_scaling(Factors(sc.long_factor)).host_inv_freq(), dtype=np.float64)
+        hi, lo = _two_sum(w_dst, -w_src)
+        parts = [hi] if not np.any(lo) else [hi, lo]
+    head_dim, width, layout = _features(a)
+    return tuple(
+        RoPE(
+            head_dim,
+            layout=layout,
+            rotary_dim=width,
+            scaling=Frequencies(tuple(float(f) for f in freqs)),
+            angles="exact",
+        )
+        for freqs in parts
+    )
+
+
+def _rotation_freqs(kind: str, a: Any, b: Any) -> tuple[tuple[float, ...], ...]:
+    """The frequencies of the pure rotations (computed on the host, even inside a trace)."""
+    ropes = interned(_rotation_handle(kind, a, b))
+    return tuple(r.config.scaling.freqs for r in ropes)
+
+
+def _rotate(be: Backend, kind: str, a: Any, b: Any, k: Array, pos: Any) -> Array:
+    plain = (kind, _plain(a), _plain(b))
+    if be.tracing():
+        # Inside torch.compile the frequencies come back as constants and the rotations are
+        # built in the trace (a RoPE of plain values, as the backends allow).
+        head_dim, width, layout = _features(a)
+        ropes = tuple(
+            RoPE(head_dim, layout=layout, rotary_dim=width, scaling=Frequencies(freqs), angles="exact")
+            for freqs in be.eager(_rotation_freqs, *plain)
+        )
+    else:
+        ropes = interned(_rotation_handle(*plain))
+    for rope in ropes:
+        k = rope.rotate(k, pos)
+    return k
+
+
+def _features(rope: Any) -> tuple[int, int, Layout]:
+    """``(head_dim, rotated width, layout)`` of a RoPE or MRoPE."""
+    if isinstance(rope, MRoPE):
+        return rope.head_dim, rope.rotary_dim, rope.layout
+    return rope.head_dim, rope.config.width, rope.layout
+
+
+def _check_rope(rope: Any, name: str) -> None:
+    """A RoPE or MRoPE with one set of frequencies."""
+    if not isinstance(rope, (RoPE, MRoPE)):
+        raise TypeError(f"{name} must be a rotary.RoPE or rotary.MRoPE, got {type(rope).__name__}")
+    scaling = (rope.rope if isinstance(rope, MRoPE) else rope).config.scaling
+    if scaling.dynamic:
+        raise ValueError(
+            f"{name} has a sequence-length-dependent scaling ({type(scaling).__name__}): its "
+            "frequencies are not one set. For LongRoPE's switch use longrope_switch; otherwise build the "
+            "RoPE of the frequencies the keys were rotated with (e.g. scaling=Factors(short_factor))"
+        )
+
+
+def _static_freqs(rope: Any, name: str) -> np.ndarray:
+    _check_rope(rope, name)
+    return np.asarray(rope.inv_freq(), dtype=np.float64)
+
+
+def shift_keys(k: Array, delta: Any, rope: RoPE | MRoPE) -> Array:
+    """Move keys rotated by ``rope`` at positions ``p`` to positions ``p + delta``.
+
+    A context shift (llama.cpp's KV shift): after dropping cached tokens, the kept keys are
+    rotated by ``delta * theta`` (exact angles, no attention factor: the keys already carry
+    it), which equals rotating the unrotated keys at ``p + delta``.  For an :class:`MRoPE`
+    every position row moves by ``delta``.
+
+    Parameters
+    ----------
+    k : array
+        Rotated keys ``(..., head_dim)``.
+    delta : int or array
+        The shift, broadcast against ``k.shape[:-1]`` (e.g. per batch row ``(batch, 1, 1)``
+        for ``(batch, heads, seq, head_dim)``).
+    rope : RoPE or MRoPE
+        The RoPE the keys were rotated with (a static scaling).
+
+    Examples
+    --------
+    >>> import numpy as np, rotary
+    >>> from rotary import positions
+    >>> rope = rotary.RoPE(8)
+    >>> k = np.random.default_rng(0).normal(size=(5, 8)).astype(np.float32)
+    >>> cached = rope.rotate(k, np.arange(100, 105))
+    >>> moved = positions.shift_keys(cached, -100, rope)
+    >>> bool(np.allclose(moved, rope.rotate(k, np.arange(5)), atol=1e-6))
+    True
+    """
+    be = _key_namespace(k)
+    _check_rope(rope, "rope")
+    return _rotate(be, "shift", rope, None, k, delta)
+
+
+def rerotate_keys(k: Array, pos: Any, src: RoPE, dst: RoPE) -> Array:
+    """Re-rotate keys rotated by ``src`` at ``pos`` into the keys ``dst`` gives at ``pos``.
+
+    A rotation by the exact angles ``pos * (theta_dst - theta_src)`` (the difference of the two
+    float64 frequencies, held exactly as ``hi + lo``: a second, tiny rotation by ``pos * lo``
+    where ``hi`` alone is not exact), times ``dst.attention_factor / src.attention_factor``
+    where they differ.  ``src`` and ``dst`` must rotate the same features (head size, layout, rotated
+    width, partial mode).
+
+    Examples
+    --------
+    >>> import numpy as np, rotary
+    >>> from rotary import positions
+    >>> old, new = rotary.RoPE(8, base=10000.0), rotary.RoPE(8, base=500000.0)
+    >>> k = np.random.default_rng(0).normal(size=(6, 8)).astype(np.float32)
+    >>> p = np.arange(1000, 1006)
+    >>> moved = positions.rerotate_keys(old.rotate(k, p), p, old, new)
+    >>> bool(np.allclose(moved, new.rotate(k, p), atol=1e-5))
+    True
+    """
+    be = _key_namespace(k)
+    _check_rope(src, "src")
+    _check_rope(dst, "dst")
+    for name in ("head_dim", "layout"):
+        if getattr(src, name) != getattr(dst, name):
+            a, b = getattr(src, name), getattr(dst, name)
+            raise ValueError(f"src and dst must rotate the same features: {name} {a!r} != {b!r}")
+    if _width(src) != _width(dst):
+        raise ValueError(
+            f"src and dst must rotate the same features: {_width(src)} and {_width(dst)} rotated features"
+        )
+    out = _rotate(be, "rerotate", src, dst, k, pos)
+    ratio = float(dst.attention_factor) / float(src.attention_factor)
+    return out if ratio == 1.0 else out * ratio
+
+
+def _width(rope: Any) -> tuple[int, str]:
+    if isinstance(rope, MRoPE):
+        return rope.rotary_dim, "neox"
+    return rope.config.width, rope.partial
+
+
+def longrope_switch(k: Array, pos: Any, rope: RoPE) -> Array:
+    """Re-rotate keys cached with LongRoPE's short factors to its long factors.
+
+    LongRoPE (Phi-3, Phi-4-mini) uses ``short_factor`` while the sequence fits the original
+    context and ``long_factor`` beyond it; keys cached before the switch were rotated with the
+    short set.  This rotates them by ``pos * (theta_long - theta_short)`` in exact angles, so
+    they equal the keys the long set gives (the attention factor is the same for both sets).
+
+    Examples
+    --------
+    >>> import numpy as np, rotary
+    >>> from rotary import positions, scaling
+    >>> sc = scaling.LongRoPE((1.0, 1.0), (1.0, 4.0), 16, factor=4.0)
+    >>> rope = rotary.RoPE(4, scaling=sc)
+    >>> k = np.ones((16, 4), dtype=np.float32)
+    >>> p = np.arange(16)
+    >>> short = rope.rotate(k, p)                      # seq_len 16 <= 16: the short factors
+    >>> long = rope.rotate(np.ones((17, 4), dtype=np.float32), np.arange(17))[:16]
+    >>> bool(np.allclose(positions.longrope_switch(short, p, rope), long, atol=1e-6))
+    True
+    """
+    be = _key_namespace(k)
+    if not isinstance(rope, RoPE) or not isinstance(rope.config.scaling, LongRoPE):
+        raise TypeError(f"rope must be a rotary.RoPE with a LongRoPE scaling, got {rope!r}")
+    return _rotate(be, "longrope", rope, None, k, pos)

@@ -1,0 +1,275 @@
+"""``rotary.hf`` reads published ``config.json`` files, without ``transformers``.
+
+Every family of :mod:`hf_families` parses to the RoPE its model applies (layout, rotated width,
+base, scaling, attention factor), per layer where layers differ; files and folders read like
+dicts; unknown keys and contradictions are errors naming them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hf_families import BY_NAME, FAMILIES
+
+import rotary
+from rotary import scaling as sc
+
+
+@pytest.mark.parametrize("f", FAMILIES, ids=[f.name for f in FAMILIES])
+def test_published_config_reads_as_the_model_applies(f):
+    layer_type = f.layer_types[0] if f.layer_types else None
+    rope = rotary.hf.from_hf(f.config, layer_type=layer_type)
+    e = f.expect
+    assert rope.head_dim == e["head_dim"]
+    assert rope.rotary_dim == e["rotary_dim"]
+    assert rope.base == e["base"]
+    assert rope.layout == e["layout"]
+    assert type(rope.scaling).__name__ == e["scaling"]
+    m = rotary.hf.model_rope(f.config)
+    if "sections" in e:
+        mr = rotary.hf.mrope_from_hf(f.config)
+        assert (mr.sections, mr.interleaved) == (e["sections"], e["interleaved"])
+        assert isinstance(m.layers[0], rotary.MRoPE) and m.layers[0].sections == e["sections"]
+        assert mr.rope == rope
+    else:
+        with pytest.raises(ValueError, match="no M-RoPE"):
+            rotary.hf.mrope_from_hf(f.config)
+
+
+def test_files_and_folders(tmp_path):
+    cfg = BY_NAME["Llama 3.1"].config
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    want = rotary.hf.from_hf(cfg)
+    assert rotary.hf.from_hf(tmp_path / "config.json") == want
+    assert rotary.hf.from_hf(str(tmp_path)) == want
+    assert rotary.hf.rope_for_layer(tmp_path, 31) == want
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        rotary.hf.from_hf(tmp_path / "missing")
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a JSON object"):
+        rotary.hf.from_hf(tmp_path / "bad.json")
+
+
+def test_scalings_and_attention_factors():
+    q25 = rotary.hf.from_hf(BY_NAME["Qwen2.5 (+YaRN)"].config)
+    assert q25.scaling == sc.YaRN(4.0, 32768)
+    assert q25.attention_factor == pytest.approx(0.1 * math.log(4.0) + 1)
+    oss = rotary.hf.from_hf(BY_NAME["GPT-OSS"].config)
+    assert oss.scaling.truncate is False and oss.scaling.factor == 32.0
+    ds3 = rotary.hf.from_hf(BY_NAME["DeepSeek-V3"].config)
+    assert ds3.attention_factor == 1.0  # mscale == mscale_all_dim
+    phi3 = rotary.hf.from_hf(BY_NAME["Phi-3 (LongRoPE)"].config)
+    assert phi3.scaling.original_max_position_embeddings == 4096  # the top-level key
+    assert phi3.attention_factor == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
+    l4 = rotary.hf.from_hf(BY_NAME["Llama 4"].config)
+    assert l4.scaling == sc.Llama3(16.0, 8192, 1.0, 1.0)  # no band between low and high
+    w, w0 = l4.inv_freq(), rotary.RoPE(128, base=5e5).inv_freq()
+    long = 2 * np.pi / w0 > 8192
+    np.testing.assert_allclose(w[long], w0[long] / 16, rtol=1e-15)
+    np.testing.assert_allclose(w[~long], w0[~long], rtol=1e-15)
+    il2 = rotary.hf.from_hf(BY_NAME["InternLM2 (dynamic)"].config)
+    assert il2.scaling == sc.DynamicNTK(2.0, 32768)
+    # Gemma 4 global layers: proportional (exponent over the 512-wide head, a quarter rotates)
+    g4 = rotary.hf.from_hf(BY_NAME["Gemma 4"].config, layer_type="full_attention")
+    assert (g4.head_dim, g4.rotary_dim, g4.partial) == (512, 128, "proportional")
+    assert np.count_nonzero(g4.inv_freq()) == 64
+    np.testing.assert_allclose(g4.inv_freq()[:64], rotary.inv_freq(512, 1e6)[:64], rtol=1e-15)
+
+
+def test_gemma4_proportional_factor_divides_every_frequency():
+    cfg = dict(BY_NAME["Gemma 4"].config)
+    cfg["rope_parameters"] = {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {
+            "rope_type": "proportional",
+            "partial_rotary_factor": 0.25,
+            "rope_theta": 1e6,
+            "factor": 8.0,
+        },
+    }
+    g4 = rotary.hf.from_hf(cfg, layer_type="full_attention")
+    np.testing.assert_allclose(g4.inv_freq()[:64], rotary.inv_freq(512, 1e6)[:64] / 8, rtol=1e-15)
+    cfg["rope_parameters"]["full_attention"]["beta_fast"] = 3
+    with pytest.raises(ValueError, match="'proportional' does not take 'beta_fast'"):
+        rotary.hf.from_hf(cfg, layer_type="full_attention")
+
+
+def test_layers():
+    # Gemma 3: 5 sliding (local base 10000, no scaling) then 1 global (1e6, linear 8)
+    g3 = rotary.hf.model_rope(BY_NAME["Gemma 3"].config)
+    assert len(g3.layers) == 34 and g3.model_type == "gemma3_text"
+    for i, rope in enumerate(g3.layers):
+        full = (i + 1) % 6 == 0
+        assert g3.layer_types[i] == ("full_attention" if full else "sliding_attention")
+        assert rope.base == (1e6 if full else 1e4)
+        assert rope.scaling == (sc.Linear(8.0) if full else sc.Default())
+    assert dict(g3.attention) == {"sliding_window": 1024, "query_pre_attn_scalar": 256}
+    # Gemma 2: alternating layer types, one RoPE
+    g2 = rotary.hf.model_rope(BY_NAME["Gemma 2"].config)
+    assert g2.layer_types[:2] == ("sliding_attention", "full_attention") and len(set(g2.layers)) == 1
+    # Gemma 4: the global layers' wider heads
+    g4 = rotary.hf.model_rope(BY_NAME["Gemma 4"].config)
+    assert [r.head_dim for r in g4.layers[:6]] == [256] * 5 + [512]
+    assert g4.layer_types[-1] == "full_attention"
+    # ModernBERT: every third layer global (from layer 0)
+    mb = rotary.hf.model_rope(BY_NAME["ModernBERT"].config)
+    assert [r.base for r in mb.layers[:4]] == [160000.0, 1e4, 1e4, 160000.0]
+    # Llama 4: every fourth layer without RoPE (no_rope_layers [] rebuilt), chunked attention elsewhere
+    l4 = rotary.hf.model_rope(BY_NAME["Llama 4"].config)
+    assert [r is None for r in l4.layers[:8]] == [False, False, False, True] * 2
+    assert l4.layer_types[:4] == ("chunked_attention",) * 3 + ("full_attention",)
+    assert dict(l4.attention) == {
+        "attention_chunk_size": 8192,
+        "attn_temperature_tuning": True,
+        "floor_scale": 8192,
+        "attn_scale": 0.1,
+        "use_qk_norm": True,
+    }
+    assert rotary.hf.rope_for_layer(BY_NAME["Llama 4"].config, 3) is None
+    # SmolLM3: the published flags
+    sm = rotary.hf.model_rope(BY_NAME["SmolLM3"].config)
+    assert [r is None for r in sm.layers] == [False, False, False, True] * 9
+    # DeepSeek: which features RoPE rotates, and the softmax scale YaRN changes
+    ds = rotary.hf.model_rope(BY_NAME["DeepSeek-V3"].config)
+    assert ds.rope_slice == (128, 192)
+    assert ds.attention["softmax_scale_multiplier"] == pytest.approx((0.1 * math.log(40) + 1) ** 2)
+    # Cohere 2 (Command R7B): global layers have no positional encoding
+    c2 = {
+        "model_type": "cohere2",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 8,
+        "rope_theta": 50000.0,
+        "sliding_window": 4096,
+    }
+    m = rotary.hf.model_rope(c2)
+    assert [r is None for r in m.layers] == [False, False, False, True] * 2
+    assert m.layers[0].layout == "interleaved"
+    assert rotary.hf.from_hf(c2) == m.layers[0]
+    with pytest.raises(ValueError, match="no layer of type 'full_attention' applies RoPE"):
+        rotary.hf.from_hf(c2, layer_type="full_attention")
+    with pytest.raises(ValueError, match="layer_index must be < num_hidden_layers=8"):
+        rotary.hf.rope_for_layer(c2, 8)
+
+
+def test_per_layer_config_overrides_head_dim():
+    # transformers 5 writes Gemma 4's global head size as a per-layer override
+    cfg = {
+        "model_type": "gemma4_text",
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "head_dim": 16,
+        "num_hidden_layers": 6,
+        "per_layer_config": {"5": {"head_dim": 32}},
+    }
+    m = rotary.hf.model_rope(cfg)
+    assert [r.head_dim for r in m.layers] == [16] * 5 + [32]
+    assert m.layers[5].rotary_dim == 8 and m.layers[5].partial == "proportional"
+
+
+def test_legacy_and_5x_styles_agree():
+    old = BY_NAME["Qwen2-VL"].config
+    new = {k: v for k, v in old.items() if k not in ("rope_scaling", "rope_theta")}
+    new["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]}
+    assert repr(rotary.hf.mrope_from_hf(old)) == repr(rotary.hf.mrope_from_hf(new))
+    # both given and equal: fine; different: an error naming both
+    both = dict(new, rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]}, rope_theta=1e6)
+    assert rotary.hf.from_hf(both) == rotary.hf.from_hf(old)
+    bad = dict(both, rope_scaling={"type": "linear", "factor": 2.0})
+    with pytest.raises(ValueError, match=r"both rope_parameters=.* and rope_scaling=.* describe different"):
+        rotary.hf.from_hf(bad)
+
+
+@pytest.mark.parametrize(
+    "cfg, match",
+    [
+        ({"model_type": "llama", "head_dim": 64, "rotary_pct": 0.5}, "'rotary_pct' changes RoPE"),
+        ({"head_dim": 64, "qk_rope_head_dim": 32}, "'qk_rope_head_dim' changes RoPE.*model_type=None"),
+        ({"model_type": "qwen", "head_dim": 64, "use_dynamic_ntk": True}, "'use_dynamic_ntk'.*not supported"),
+        ({"model_type": "falcon", "hidden_size": 64, "num_attention_heads": 4, "alibi": True}, "ALiBi"),
+        ({"head_dim": 64, "position_embedding_type": "absolute"}, "position_embedding_type='absolute'"),
+        ({"head_dim": 64, "rope_scaling": {"rope_type": "warp", "factor": 2.0}}, r"unknown rope_type .warp."),
+        (
+            {"head_dim": 64, "rope_scaling": {"rope_type": "linear", "factor": 2.0, "finetuned": True}},
+            "'linear' does not take 'finetuned'",
+        ),
+        (
+            {"head_dim": 64, "rope_scaling": {"rope_type": "linear", "type": "yarn", "factor": 2.0}},
+            "must agree",
+        ),
+        ({"model_type": "llama", "head_dim": 64, "partial_rotary_factor": 0.5}, "rotates the whole"),
+        ({"model_type": "phi", "head_dim": 10, "partial_rotary_factor": 0.5}, "even, positive"),
+        ({"model_type": "gptj", "n_embd": 64, "n_head": 4, "rotary_dim": None}, "rotary_dim=null"),
+        ({"model_type": "gptj", "n_embd": 64, "n_head": 4, "rope_theta": 5e5}, "fixed"),
+        (
+            {"model_type": "gpt_neox", "head_dim": 64, "rotary_pct": 0.25, "partial_rotary_factor": 0.5},
+            "must agree",
+        ),
+        ({"model_type": "qwen2_vl", "head_dim": 128, "mrope_interleaved": True}, "never interleaves"),
+        ({"hidden_size": 65, "num_attention_heads": 5}, "hidden_size // num_attention_heads must be"),
+        ({"hidden_size": 64, "num_attention_heads": 3}, "not a multiple"),
+    ],
+)
+def test_errors_name_the_key(cfg, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        rotary.hf.model_rope(cfg) if "num_hidden_layers" in cfg else rotary.hf.from_hf(cfg)
+
+
+def test_layer_type_errors():
+    g3 = BY_NAME["Gemma 3"].config
+    with pytest.raises(ValueError, match="pass layer_type="):
+        rotary.hf.from_hf(g3)
+    with pytest.raises(ValueError, match="layer_type must be one of"):
+        rotary.hf.from_hf(g3, layer_type="global")
+    with pytest.raises(ValueError, match="one set of RoPE parameters"):
+        rotary.hf.from_hf(
+            BY_NAME["Llama 3"].config | {"num_hidden_layers": None}, layer_type="full_attention"
+        )
+    with pytest.raises(ValueError, match="no num_hidden_layers"):
+        rotary.hf.rope_for_layer({"head_dim": 8}, 0)
+
+
+def test_hf_rope_parameters_folds_model_keys():
+    p = rotary.hf.hf_rope_parameters(BY_NAME["GPT-NeoX / Pythia"].config)
+    assert (p["rope_theta"], p["partial_rotary_factor"], p["head_dim"]) == (10000.0, 0.25, 64)
+    p = rotary.hf.hf_rope_parameters(BY_NAME["Gemma 3"].config, "sliding_attention")
+    assert (p["rope_type"], p["rope_theta"]) == ("default", 10000.0)
+    p = rotary.hf.hf_rope_parameters(BY_NAME["DeepSeek-V2"].config)
+    assert (p["rope_type"], p["head_dim"], p["factor"]) == ("yarn", 64, 40)
+
+
+def test_angles_option_carries_to_every_layer():
+    m = rotary.hf.model_rope(BY_NAME["Qwen3-VL"].config, angles="float32")
+    assert m.layers[0].rope.angles == "float32"
+    assert rotary.hf.rope_for_layer(BY_NAME["Gemma 3"].config, 5, angles="float32").angles == "float32"
+
+
+def test_nested_parameters_take_each_layer_types_own_default_base():
+    # transformers fills a nested entry's missing rope_theta from the layer type's own key
+    cfg = {
+        "model_type": "gemma3_text",
+        "head_dim": 16,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "rope_theta": 2e6,
+        "rope_local_base_freq": 3e4,
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default"},
+            "sliding_attention": {"rope_type": "default"},
+        },
+    }
+    assert rotary.hf.from_hf(cfg, layer_type="full_attention").base == 2e6
+    assert rotary.hf.from_hf(cfg, layer_type="sliding_attention").base == 3e4
+    del cfg["rope_local_base_freq"], cfg["rope_theta"]
+    assert rotary.hf.from_hf(cfg, layer_type="sliding_attention").base == 1e4
+    assert rotary.hf.from_hf(cfg, layer_type="full_attention").base == 1e6
+
+
+def test_unknown_model_type_warns():
+    cfg = {"model_type": "ernie4_5", "hidden_size": 64, "num_attention_heads": 4}
+    with pytest.warns(UserWarning, match="model_type 'ernie4_5' is not one rotary.hf knows"):
+        rope = rotary.hf.from_hf(cfg)
+    assert rope.layout == "half"
