@@ -44,4 +44,4 @@ def test_softmax_over_linear_row_reads_as_labelled(n_softmax):
     line = next(t for t in table.splitlines() if "softmax / linear" in t)
     assert "| 50.00 |" in line and ">= 10" in line and "missed" not in line and "met" not in line
     scaling = next(t for t in table.splitlines() if "time(8k) / time(1k)" in t)
-    assert "<= 10 met" in scaling
+    assert "| <= 10 |" in scaling and scaling.endswith("| met |")
