@@ -108,6 +108,50 @@ def run(
     return rows
 
 
+_MEMORY_SCRIPT = """
+import resource, sys, numpy as np, torch, rotary
+torch.set_num_threads(1)
+f = torch.compile(lambda q, k, v, p: rotary.linear_attention(q, k, v, p, causal=True), dynamic=True)
+def inputs(n):
+    g = np.random.default_rng(0)
+    q, k, v = (torch.from_numpy(g.standard_normal((1, {h}, n, {d}), dtype=np.float32)) for _ in range(3))
+    return q, k, v, torch.arange(n)
+for n in (256, 512):
+    f(*inputs(n))  # compiled once for every length
+a = inputs({n})
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out = f(*a)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print((peak - before) / 1024, out.numel() * 4 / 2**20)
+"""
+
+
+def compiled_memory(n: int = 16384) -> dict | None:
+    """Peak memory of compiled causal linear attention at ``n`` tokens, beyond what was resident
+    after compiling (``dynamic=True``, compiled at two small lengths), in a fresh process:
+    ``ru_maxrss`` growth, an upper bound on the call's working memory."""
+    import subprocess
+    import sys
+
+    code = _MEMORY_SCRIPT.format(h=HEADS, d=D, n=n)
+    try:
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return None
+    if res.returncode != 0:
+        return None
+    extra, out_mib = (float(x) for x in res.stdout.split()[-2:])
+    return {"N": n, "MiB": extra, "output MiB": out_mib}
+
+
+def copy_floor(n: int, backend: str, reps: int = 3) -> float:
+    """Seconds of one pass copying q, k and v (the least any attention reads and writes)."""
+    q, k, v, _ = _inputs(n, backend)
+    if backend == "torch":
+        return _measure(lambda: (q.clone(), k.clone(), v.clone()), "torch", reps)[0]
+    return _measure(lambda: (q.copy(), k.copy(), v.copy()), "numpy-untraced", reps)[0]
+
+
 def paired_scaling(backend: str, lo: int, hi: int, rounds: int = 3, chunk: int | None = None) -> float:
     """Median over ``rounds`` of time(hi) / time(lo), the two timed back to back in each round.
 
@@ -257,10 +301,66 @@ def _rows_for_suite(rows: list[dict], checks: list[dict]) -> list[dict]:
     return out
 
 
+def floor_and_memory_rows(rows: list[dict], *, memory_n: int = 16384) -> list[dict]:
+    """The copy floor at the largest N of each backend (linear attention's ratio to it), and
+    the working memory of compiled causal linear attention (torch, ``dynamic=True``)."""
+    out = []
+    for b in dict.fromkeys(r["backend"] for r in rows):
+        lin = [r for r in rows if r["backend"] == b and r["method"] == "linear" and r["s"]]
+        if not lin:
+            continue
+        top = max(lin, key=lambda r: r["N"])
+        floor = copy_floor(top["N"], b)
+        case = f"copy q,k,v (floor) N={top['N']}"
+        out.append(
+            {
+                "section": SECTION,
+                "backend": b,
+                "case": case,
+                "ms": floor * 1e3,
+                "ratio": None,
+                "baseline": None,
+                "target": None,
+                "ok": None,
+            }
+        )
+        out.append(
+            {
+                "section": SECTION,
+                "backend": b,
+                "case": f"causal linear N={top['N']} vs floor",
+                "ms": None,
+                "ratio": top["s"] / floor,
+                "baseline": "copy q,k,v (floor)",
+                "target": None,
+                "ok": None,
+            }
+        )
+    if any(r["backend"] == "torch" for r in rows):
+        m = compiled_memory(memory_n)
+        if m is not None:
+            # O(N) memory: a fixed multiple of the output (softmax's N x N scores alone would be
+            # N / d = 256 times the output at 16k)
+            out.append(
+                {
+                    "section": SECTION,
+                    "backend": "torch.compile",
+                    "case": f"causal linear N={m['N']}: working memory {m['MiB']:.0f} MiB",
+                    "ms": None,
+                    "ratio": m["MiB"] / m["output MiB"],
+                    "baseline": f"output ({m['output MiB']:.0f} MiB)",
+                    "target": 8.0,
+                    "cmp": "<=",
+                    "ok": m["MiB"] <= 8.0 * m["output MiB"],
+                }
+            )
+    return out
+
+
 def quick_run() -> list[dict]:
     """Entry point for ``python3 -m benchmarks``: the ``--quick`` sizes."""
     rows = run(quick=True, verbose=False)
-    return _rows_for_suite(rows, summary(rows))
+    return _rows_for_suite(rows, summary(rows)) + floor_and_memory_rows(rows)
 
 
 def _set_threads(n: int) -> None:
