@@ -260,13 +260,9 @@ class Backend:
         table = get_or_build((config, "position_table", rows, self.name, dev, dtype), make)
         n = table.shape[1] // 2
         if all(d == 1 for d in pos.shape):  # one position (decoding): views of its row
-            row = table[hi : hi + 1, ...]
-            c, s = row[:, :n], row[:, n:]
-            if pos.ndim != 1:
-                c, s = xp.reshape(c, (*pos.shape, n)), xp.reshape(s, (*pos.shape, n))
-            return c, s
-        flat = pos if pos.ndim == 1 else xp.reshape(pos, (-1,))
-        t = self._take_rows(table, flat)
+            t = table[hi : hi + 1, ...]
+        else:
+            t = self._take_rows(table, pos if pos.ndim == 1 else xp.reshape(pos, (-1,)))
         c, s = t[:, :n], t[:, n:]
         if pos.ndim != 1:
             c, s = xp.reshape(c, (*pos.shape, n)), xp.reshape(s, (*pos.shape, n))
