@@ -77,26 +77,13 @@ def attention(
     >>> bool(np.allclose(out[..., 0, :], v[..., 0, :]))   # the first query sees only key 0
     True
     """
-    for name, x, what in (("q", q, "(..., N, d)"), ("k", k, "(..., M, d)"), ("v", v, "(..., M, d_v)")):
+    arrays = (("q", q, "(..., N, d)"), ("k", k, "(..., M, d)"), ("v", v, "(..., M, d_v)"))
+    for name, x, what in arrays:
         chk.check_array(x, name, what)
     xp = array_namespace(q, k, v, mask, names=("q", "k", "v", "mask"))
     be = backend_for(xp)
-    for name, x, what in (("q", q, "(..., N, d)"), ("k", k, "(..., M, d)"), ("v", v, "(..., M, d_v)")):
-        chk.check_floating(x, xp, name)
-        if x.ndim < 2:
-            raise ValueError(f"{name} must have shape {what}, got shape {tuple(x.shape)}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k and v must have the same sequence length (axis -2), got k.shape={tuple(k.shape)} "
-            f"and v.shape={tuple(v.shape)}"
-        )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must have the same feature dim (last axis), got q.shape={tuple(q.shape)} "
-            f"and k.shape={tuple(k.shape)}"
-        )
+    chk.check_qkv(arrays, xp)
     be.check_dense([("q", q), ("k", k), ("v", v)])
-    chk.check_same_dtype([("q", q), ("k", k), ("v", v)])
     be.check_devices([("q", q), ("k", k), ("v", v)])
     causal = chk.check_bool(causal, "causal")
     if block_size is not None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from ._backends import backend_for
 from ._lib import _validation as v
-from ._lib._compat import array_namespace, is_array
+from ._lib._compat import array_namespace
 from ._lib._typing import AngleMethod, Array, Layout, PartialMode
 from ._rope import RoPE, rope_of
 from .scaling import Scaling
@@ -18,10 +18,7 @@ __all__ = ["apply", "rotate"]
 def _rope_for(
     x: Any, name: str, base: Any, layout: Any, rotary_dim: Any, scaling: Any, angles: Any, partial: Any
 ) -> RoPE:
-    if not is_array(x):
-        raise TypeError(f"{name} must be an array of shape (..., head_dim), got {type(x).__name__}")
-    if x.ndim < 1:
-        raise ValueError(f"{name} must be an array of shape (..., head_dim), got a 0-d array")
+    v.check_array(x, name)
     head_dim = v.check_known_dim(x.shape[-1], f"{name}.shape[-1]")
     head_dim = operator.index(head_dim)  # specialises a symbolic size under torch.compile
     if head_dim % 2 and rotary_dim is None:

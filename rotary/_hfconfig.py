@@ -303,14 +303,9 @@ class _Cfg:
 
         if fam in ("gemma2", "gpt_oss"):
             return pattern(2)
-        if fam == "gemma3":
-            return pattern(
-                v.check_int(self.get("sliding_window_pattern", 6), "sliding_window_pattern", minimum=1)
-            )
-        if fam == "cohere2":
-            return pattern(
-                v.check_int(self.get("sliding_window_pattern", 4), "sliding_window_pattern", minimum=1)
-            )
+        if fam in ("gemma3", "cohere2"):
+            every = self.get("sliding_window_pattern", 6 if fam == "gemma3" else 4)
+            return pattern(v.check_int(every, "sliding_window_pattern", minimum=1))
         if fam == "gemma4":
             types = pattern(6)
             return (*types[:-1], "full_attention")

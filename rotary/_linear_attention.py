@@ -178,14 +178,6 @@ def _phi(feature_map: Any, similarity: Similarity) -> tuple[Callable[[Array, Nam
     raise TypeError(f"feature_map must be a name or a callable, got {type(feature_map).__name__}")
 
 
-def _check_arrays(arrays: list[tuple[str, Any, str]], xp: Namespace) -> None:
-    for name, x, what in arrays:
-        chk.check_array(x, name, what)
-        chk.check_floating(x, xp, name)
-        if x.ndim < 2:
-            raise ValueError(f"{name} must have shape {what}, got shape {tuple(x.shape)}")
-
-
 def _key_mask(key_mask: Any, k: Array, xp: Namespace) -> Array | None:
     if key_mask is None:
         return None
@@ -318,7 +310,7 @@ def _check_nonnegative(be: Backend, arrays: list[tuple[str, Array | None]]) -> N
 
 
 def _common(
-    q: Any, k: Any, v_: Any, *, causal: Any, eps: Any, chunk_size: Any, key_mask: Any, state: Any
+    q: Any, k: Any, v_: Any, *, causal: Any, eps: Any, chunk_size: Any
 ) -> tuple[Namespace, bool, float, int | None]:
     arrays = [("k", k, "(..., seq, d)"), ("v", v_, "(..., seq, d_v)")]
     if q is not None:
@@ -326,20 +318,10 @@ def _common(
     for name, x, what in arrays:
         chk.check_array(x, name, what)
     xp = array_namespace(*(x for _, x, _ in arrays), names=tuple(n for n, _, _ in arrays))
-    _check_arrays(arrays, xp)
-    if k.shape[-2] != v_.shape[-2]:
-        raise ValueError(
-            f"k and v must have the same sequence length (axis -2), got k.shape={tuple(k.shape)} "
-            f"and v.shape={tuple(v_.shape)}"
-        )
-    chk.check_same_dtype([(n, x) for n, x, _ in arrays])
-    backend_for(xp).check_dense([(n, x) for n, x, _ in arrays])
-    backend_for(xp).check_devices([(n, x) for n, x, _ in arrays])
-    if q is not None and q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must have the same feature dim (last axis), got q.shape={tuple(q.shape)} "
-            f"and k.shape={tuple(k.shape)}"
-        )
+    chk.check_qkv(arrays, xp)
+    be = backend_for(xp)
+    be.check_dense([(n, x) for n, x, _ in arrays])
+    be.check_devices([(n, x) for n, x, _ in arrays])
     causal = chk.check_bool(causal, "causal")
     if causal and q is not None and q.shape[-2] != k.shape[-2]:
         raise ValueError(
@@ -377,15 +359,19 @@ def linear_attention_state(
     >>> st.S.shape, st.z.shape, st.offset
     ((2, 8, 3), (2, 8), 5)
     """
-    xp, _, _, _ = _common(None, k, v, causal=False, eps=1.0, chunk_size=None, key_mask=key_mask, state=None)
+    xp, _, _, _ = _common(None, k, v, causal=False, eps=1.0, chunk_size=None)
     pr = _prepare(None, k, v, pos, None, rope, feature_map, similarity, 1.0, key_mask, None, xp)
     st = _linear.chunk_state(pr.chunk, xp)
-    S, z = st.S, st.z
-    if tuple(S.shape[:-2]) != pr.kv_lead:
-        S = xp.broadcast_to(S, (*pr.kv_lead, *S.shape[-2:]))
-    if tuple(z.shape[:-1]) != pr.kv_lead:
-        z = xp.broadcast_to(z, (*pr.kv_lead, z.shape[-1]))
-    return LinearAttentionState(S, z, k.shape[-2])
+    return _state(st.S, st.z, k.shape[-2], pr.kv_lead, xp)
+
+
+def _state(S: Array, z: Array, offset: Any, kv_lead: tuple[Any, ...], xp: Namespace) -> LinearAttentionState:
+    """The state of sums ``S``, ``z`` broadcast to the leading axes ``kv_lead`` of k and v."""
+    if tuple(S.shape[:-2]) != kv_lead:
+        S = xp.broadcast_to(S, (*kv_lead, *S.shape[-2:]))
+    if tuple(z.shape[:-1]) != kv_lead:
+        z = xp.broadcast_to(z, (*kv_lead, z.shape[-1]))
+    return LinearAttentionState(S, z, offset)
 
 
 def _core(
@@ -557,9 +543,7 @@ def linear_attention(
     >>> bool(np.allclose(np.concatenate(outs, axis=-2), out, atol=1e-5)), st.offset
     (True, 16)
     """
-    xp, causal, eps, chunk_size = _common(
-        q, k, v, causal=causal, eps=eps, chunk_size=chunk_size, key_mask=key_mask, state=state
-    )
+    xp, causal, eps, chunk_size = _common(q, k, v, causal=causal, eps=eps, chunk_size=chunk_size)
     return_state = chk.check_bool(return_state, "return_state")
     kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
     chk.broadcast_shapes(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
@@ -584,8 +568,4 @@ def linear_attention(
     out, S, z = core(plan, causal, size, pr.be, pr.dev, q.dtype, pr.chunk, S0, z0)
     if not return_state:
         return out
-    if tuple(S.shape[:-2]) != kv_lead:
-        S = xp_.broadcast_to(S, (*kv_lead, *S.shape[-2:]))
-    if tuple(z.shape[:-1]) != kv_lead:
-        z = xp_.broadcast_to(z, (*kv_lead, z.shape[-1]))
-    return out, LinearAttentionState(S, z, off0 + k.shape[-2])
+    return out, _state(S, z, off0 + k.shape[-2], kv_lead, xp_)

@@ -8,6 +8,7 @@ position has (``_coord_shape``).
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Hashable
 from typing import Any
@@ -481,31 +482,22 @@ def _make(
 
     sc = resolve(scaling)
     key = ("rope_of", head_dim, base, layout, rotary_dim, sc, angles, partial)
+    build = functools.partial(
+        RoPE,
+        head_dim,
+        base=base,
+        layout=layout,
+        rotary_dim=rotary_dim,
+        scaling=sc,
+        angles=angles,
+        partial=partial,
+    )
     try:
         hash(key)
     except TypeError:  # e.g. a list given for base: let RoPE's checks name it
-        RoPE(
-            head_dim,
-            base=base,
-            layout=layout,
-            rotary_dim=rotary_dim,
-            scaling=sc,
-            angles=angles,
-            partial=partial,
-        )
+        build()
         raise
-    return intern(
-        key,
-        lambda: RoPE(
-            head_dim,
-            base=base,
-            layout=layout,
-            rotary_dim=rotary_dim,
-            scaling=sc,
-            angles=angles,
-            partial=partial,
-        ),
-    )
+    return intern(key, build)
 
 
 def rope_of(

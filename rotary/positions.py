@@ -159,8 +159,7 @@ def from_lengths(lengths: Any, *, total: int | None = None, xp: Any = None, devi
     >>> positions.from_lengths([2, 2], total=6)
     array([0, 1, 0, 1, 0, 0])
     """
-    ns = _namespace(lengths, xp)
-    be = backend_for(ns)
+    be = backend_for(_namespace(lengths, xp))
     lens = _as_int_array(lengths, "lengths", be, device)
     device = be.creation_device(lens) if device is None else device
     known = _check_host(be, lens, "lengths", cu=False)
@@ -187,8 +186,7 @@ def from_cu_seqlens(
     >>> positions.from_cu_seqlens([0, 3, 4, 6])
     array([0, 1, 2, 0, 0, 1])
     """
-    ns = _namespace(cu_seqlens, xp)
-    be = backend_for(ns)
+    be = backend_for(_namespace(cu_seqlens, xp))
     cu = _as_int_array(cu_seqlens, "cu_seqlens", be, device)
     if cu.shape[0] == 0:
         raise ValueError("cu_seqlens must have n_docs + 1 >= 1 entries, got none")
@@ -226,12 +224,10 @@ def from_attention_mask(mask: Array, *, fill: int = 0) -> Array:
     array([[0, 0, 0, 1, 2],
            [0, 1, 2, 3, 4]])
     """
-    xp = _namespace(mask, None)
-    be = backend_for(xp)
     if not is_array(mask):
         mask = np.asarray(mask)
-        xp = _namespace(mask, None)
-        be = backend_for(xp)
+    xp = _namespace(mask, None)
+    be = backend_for(xp)
     if mask.ndim < 1:
         raise ValueError("mask must have at least one axis (..., seq), got a 0-d array")
     fill = v.check_int(fill, "fill")
@@ -490,15 +486,14 @@ def _make_rotation(kind: str, a: Any, b: Any) -> tuple[RoPE, ...]:
             w_dst = np.asarray(cfg.with_scaling(Factors(sc.long_factor)).host_inv_freq(), dtype=np.float64)
         hi, lo = _two_sum(w_dst, -w_src)
         parts = [hi] if not np.any(lo) else [hi, lo]
-    head_dim, width, layout = _features(a)
+    return _pure_ropes(a, [tuple(float(f) for f in freqs) for freqs in parts])
+
+
+def _pure_ropes(rope: Any, parts: Any) -> tuple[RoPE, ...]:
+    """One RoPE per tuple of frequencies in ``parts``, rotating the features ``rope`` rotates."""
+    head_dim, width, layout = _features(rope)
     return tuple(
-        RoPE(
-            head_dim,
-            layout=layout,
-            rotary_dim=width,
-            scaling=Frequencies(tuple(float(f) for f in freqs)),
-            angles="exact",
-        )
+        RoPE(head_dim, layout=layout, rotary_dim=width, scaling=Frequencies(freqs), angles="exact")
         for freqs in parts
     )
 
@@ -514,11 +509,7 @@ def _rotate(be: Backend, kind: str, a: Any, b: Any, k: Array, pos: Any) -> Array
     if be.tracing():
         # Inside torch.compile the frequencies come back as constants and the rotations are
         # built in the trace (a RoPE of plain values, as the backends allow).
-        head_dim, width, layout = _features(a)
-        ropes = tuple(
-            RoPE(head_dim, layout=layout, rotary_dim=width, scaling=Frequencies(freqs), angles="exact")
-            for freqs in be.eager(_rotation_freqs, *plain)
-        )
+        ropes = _pure_ropes(a, be.eager(_rotation_freqs, *plain))
     else:
         ropes = interned(_rotation_handle(*plain))
     for rope in ropes:

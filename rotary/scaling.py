@@ -125,16 +125,27 @@ class Scaling:
         raise NotImplementedError(f"{type(self).__name__} is not a dynamic scaling")
 
 
-def _factor(cls: str, value: Any, name: str = "factor") -> float:
-    return v.check_float(value, f"{cls} {name}", minimum=1.0)
-
-
-def _length(cls: str, value: Any, name: str, minimum: int = 1) -> int:
-    return v.check_int(value, f"{cls} {name}", minimum=minimum)
-
-
 def _set(obj: Any, name: str, value: Any) -> None:
     object.__setattr__(obj, name, value)
+
+
+def _factor(obj: Any, cls: str) -> None:
+    """Check (and normalise) ``obj.factor``: a float ``>= 1`` (errors name it ``"{cls} factor"``)."""
+    _set(obj, "factor", v.check_float(obj.factor, f"{cls} factor", minimum=1.0))
+
+
+def _length(obj: Any, cls: str, name: str = "original_max_position_embeddings", minimum: int = 1) -> None:
+    """Check (and normalise) the context length ``obj.<name>``: an int ``>= minimum``."""
+    _set(obj, name, v.check_int(getattr(obj, name), f"{cls} {name}", minimum=minimum))
+
+
+def _optional(
+    obj: Any, cls: str, name: str, *, minimum: float | None = None, above: float | None = None
+) -> None:
+    """Check (and normalise) the float ``obj.<name>`` unless it is ``None``."""
+    value, label = getattr(obj, name), f"{cls} {name.rstrip('_')}"
+    if value is not None:
+        _set(obj, name, v.check_float(value, label, minimum=minimum, above=above))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,13 +170,18 @@ class Linear(Scaling):
     rope_type: ClassVar[str] = "linear"
 
     def __post_init__(self) -> None:
-        _set(self, "factor", _factor("Linear", self.factor))
+        _factor(self, "Linear")
 
     def inv_freq(self, dim: int, base: float) -> np.ndarray:
         return default_inv_freq(dim, base) / self.factor
 
     def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Device = None) -> Array:
         return default_float32_inv_freq(dim, base, xp=xp, device=device) / self.factor
+
+
+def _check_pairs(values: tuple[float, ...], dim: int, name: str) -> None:
+    if len(values) != dim // 2:
+        raise ValueError(f"{name} must have rotary_dim // 2 = {dim // 2} entries, got {len(values)}")
 
 
 def _check_ntk_dim(cls: str, dim: int) -> None:
@@ -195,7 +211,7 @@ class NTK(Scaling):
     rope_type: ClassVar[str] = "ntk"
 
     def __post_init__(self) -> None:
-        _set(self, "factor", _factor("NTK", self.factor))
+        _factor(self, "NTK")
 
     def check_dim(self, dim: int) -> None:
         _check_ntk_dim("NTK", dim)
@@ -229,10 +245,7 @@ class Factors(Scaling):
         _set(self, "factors", v.check_positive_floats(self.factors, "Factors factors"))
 
     def check_dim(self, dim: int, cls: str = "Factors", name: str = "factors") -> None:
-        if len(self.factors) != dim // 2:
-            raise ValueError(
-                f"{cls} {name} must have rotary_dim // 2 = {dim // 2} entries, got {len(self.factors)}"
-            )
+        _check_pairs(self.factors, dim, f"{cls} {name}")
 
     def inv_freq(self, dim: int, base: float) -> np.ndarray:
         self.check_dim(dim)
@@ -277,10 +290,7 @@ class Frequencies(Scaling):
         _set(self, "freqs", tuple(v.check_float(f, f"Frequencies freqs[{i}]") for i, f in enumerate(items)))
 
     def check_dim(self, dim: int) -> None:
-        if len(self.freqs) != dim // 2:
-            raise ValueError(
-                f"Frequencies freqs must have rotary_dim // 2 = {dim // 2} entries, got {len(self.freqs)}"
-            )
+        _check_pairs(self.freqs, dim, "Frequencies freqs")
 
     def inv_freq(self, dim: int, base: float) -> np.ndarray:
         self.check_dim(dim)
@@ -333,38 +343,20 @@ class YaRN(Scaling):
     rope_type: ClassVar[str] = "yarn"
 
     def __post_init__(self) -> None:
-        _set(self, "factor", _factor("YaRN", self.factor))
-        _set(
-            self,
-            "original_max_position_embeddings",
-            _length("YaRN", self.original_max_position_embeddings, "original_max_position_embeddings"),
-        )
-        # HF: ``beta_fast or 32``, ``beta_slow or 1``.
-        _set(
-            self,
-            "beta_fast",
-            v.check_float(32.0 if self.beta_fast is None else self.beta_fast, "YaRN beta_fast", above=0.0),
-        )
-        _set(
-            self,
-            "beta_slow",
-            v.check_float(1.0 if self.beta_slow is None else self.beta_slow, "YaRN beta_slow", above=0.0),
-        )
+        _factor(self, "YaRN")
+        _length(self, "YaRN")
+        for name, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):  # HF: ``beta_fast or 32``...
+            if getattr(self, name) is None:
+                _set(self, name, default)
+            _optional(self, "YaRN", name, above=0.0)
         if not self.beta_fast > self.beta_slow:
             raise ValueError(
                 f"YaRN beta_fast must be > beta_slow, got beta_fast={self.beta_fast}, "
                 f"beta_slow={self.beta_slow}"
             )
-        if self.attention_factor_ is not None:
-            _set(
-                self,
-                "attention_factor_",
-                v.check_float(self.attention_factor_, "YaRN attention_factor", above=0.0),
-            )
-        for name in ("mscale", "mscale_all_dim"):
-            value = getattr(self, name)
-            if value is not None:
-                _set(self, name, v.check_float(value, f"YaRN {name}", minimum=0.0))
+        _optional(self, "YaRN", "attention_factor_", above=0.0)
+        _optional(self, "YaRN", "mscale", minimum=0.0)
+        _optional(self, "YaRN", "mscale_all_dim", minimum=0.0)
         _set(self, "truncate", v.check_bool(self.truncate, "YaRN truncate"))
 
     @staticmethod
@@ -440,12 +432,8 @@ class Llama3(Scaling):
     rope_type: ClassVar[str] = "llama3"
 
     def __post_init__(self) -> None:
-        _set(self, "factor", _factor("Llama3", self.factor))
-        _set(
-            self,
-            "original_max_position_embeddings",
-            _length("Llama3", self.original_max_position_embeddings, "original_max_position_embeddings"),
-        )
+        _factor(self, "Llama3")
+        _length(self, "Llama3")
         lo = v.check_float(self.low_freq_factor, "Llama3 low_freq_factor", above=0.0)
         hi = v.check_float(self.high_freq_factor, "Llama3 high_freq_factor", above=0.0)
         if not hi >= lo:
@@ -538,12 +526,8 @@ class DynamicNTK(Scaling):
     dynamic: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        _set(self, "factor", _factor("DynamicNTK", self.factor))
-        _set(
-            self,
-            "max_position_embeddings",
-            _length("DynamicNTK", self.max_position_embeddings, "max_position_embeddings"),
-        )
+        _factor(self, "DynamicNTK")
+        _length(self, "DynamicNTK", "max_position_embeddings")
         _set(self, "per_sequence", v.check_bool(self.per_sequence, "DynamicNTK per_sequence"))
 
     def check_dim(self, dim: int) -> None:
@@ -644,34 +628,19 @@ class LongRoPE(Scaling):
             )
         _set(self, "short_factor", short)
         _set(self, "long_factor", long)
-        _set(
-            self,
-            "original_max_position_embeddings",
-            _length(
-                "LongRoPE",
-                self.original_max_position_embeddings,
-                "original_max_position_embeddings",
-                minimum=2,
-            ),
-        )
+        _length(self, "LongRoPE", minimum=2)
         if self.factor is None and self.attention_factor_ is None:
             raise ValueError(
                 "LongRoPE needs factor (max_position_embeddings / original_max_position_embeddings) "
                 "or attention_factor"
             )
-        if self.factor is not None:
-            _set(self, "factor", v.check_float(self.factor, "LongRoPE factor", above=0.0))
-        if self.attention_factor_ is not None:
-            _set(
-                self,
-                "attention_factor_",
-                v.check_float(self.attention_factor_, "LongRoPE attention_factor", above=0.0),
-            )
+        _optional(self, "LongRoPE", "factor", above=0.0)
+        _optional(self, "LongRoPE", "attention_factor_", above=0.0)
         _set(self, "per_sequence", v.check_bool(self.per_sequence, "LongRoPE per_sequence"))
 
     def check_dim(self, dim: int) -> None:
-        Factors(self.short_factor).check_dim(dim, "LongRoPE", "short_factor")
-        Factors(self.long_factor).check_dim(dim, "LongRoPE", "long_factor")
+        _check_pairs(self.short_factor, dim, "LongRoPE short_factor")
+        _check_pairs(self.long_factor, dim, "LongRoPE long_factor")
 
     def variants(self) -> tuple[Scaling, ...]:
         return (Factors(self.short_factor), Factors(self.long_factor))

@@ -125,12 +125,7 @@ def exact_int(mag: Array, tables: Array, levels: int, ops: Ops) -> tuple[Array, 
             ops.take_into(split[level][0], idx, bc)
             ops.take_into(split[level][1], idx, bs)
             dc, ds = (c_out[i:j], s_out[i:j]) if last else (nc, ns)
-            ops.mul(ac, bc, out=dc)
-            ops.mul(as_, bs, out=t)
-            ops.sub(dc, t, out=dc)  # c * tc - s * ts
-            ops.mul(as_, bc, out=ds)
-            ops.mul(ac, bs, out=t)
-            ops.add(ds, t, out=ds)  # s * tc + c * ts
+            _rotate_block(ac, as_, bc, bs, dc, ds, t, ops)  # c * tc - s * ts, s * tc + c * ts
             if not last:
                 ac, as_, nc, ns = dc, ds, ac, as_
     return c_out, s_out

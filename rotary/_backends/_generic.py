@@ -23,6 +23,7 @@ from .._lib._compat import is_array, is_host_positions, library_name, to_numpy
 from .._lib._typing import Array, Device, DType, Layout, Namespace
 from .._math import _angles, _linear
 from .._math._rotation import rotate_pairs
+from ._scan import batched_causal_scan
 
 __all__ = ["POSITION_TABLE_MAX", "Backend", "ConstantBuilder"]
 
@@ -259,13 +260,9 @@ class Backend:
         table = get_or_build((config, "position_table", rows, self.name, dev, dtype), make)
         n = table.shape[1] // 2
         if all(d == 1 for d in pos.shape):  # one position (decoding): views of its row
-            row = table[hi : hi + 1, ...]
-            c, s = row[:, :n], row[:, n:]
-            if pos.ndim != 1:
-                c, s = xp.reshape(c, (*pos.shape, n)), xp.reshape(s, (*pos.shape, n))
-            return c, s
-        flat = pos if pos.ndim == 1 else xp.reshape(pos, (-1,))
-        t = self._take_rows(table, flat)
+            t = table[hi : hi + 1, ...]
+        else:
+            t = self._take_rows(table, pos if pos.ndim == 1 else xp.reshape(pos, (-1,)))
         c, s = t[:, :n], t[:, n:]
         if pos.ndim != 1:
             c, s = xp.reshape(c, (*pos.shape, n)), xp.reshape(s, (*pos.shape, n))
@@ -287,9 +284,11 @@ class Backend:
         """Causal linear attention over the sequence axis (-2) of ``chunks``, ``size`` tokens
         at a time, from the state ``init`` (``None``: no earlier keys); returns the outputs and
         the final state.  Here a Python loop carrying the exclusive prefix sum of the chunk
-        states (working memory of one chunk)."""
+        states (working memory of one chunk), or all chunks at once where :meth:`_loop_free`."""
         xp = self.xp
         n = chunks.a.shape[-2]
+        if self._loop_free(n):
+            return batched_causal_scan(chunks, init, size, eps, device, out_dtype, xp, self._cumsum)
         carry = init
         if n == 0:
             return xp.zeros(
@@ -314,6 +313,15 @@ class Backend:
             out = outs[0] if len(outs) == 1 else xp.concat(outs, axis=-2)
         assert carry is not None
         return out, carry
+
+    def _loop_free(self, n: Any) -> bool:
+        """:meth:`causal_scan` of ``n`` tokens runs loop-free (:mod:`._scan`): a trace
+        sees no Python loop over the sequence."""
+        return False
+
+    def _cumsum(self, x: Array, axis: int) -> Array:
+        """The cumulative sum of the loop-free scan."""
+        return self.xp.cumulative_sum(x, axis=axis)
 
     def jit(self, fn: Callable[..., Any], static_argnums: tuple[int, ...]) -> Callable[..., Any]:
         """``fn`` compiled once per static configuration where the library has a compiler

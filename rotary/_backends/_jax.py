@@ -17,7 +17,7 @@ from .._lib._cache import fast_paths_enabled, get_or_build
 from .._lib._typing import Array, Device, DType, Layout
 from .._math import _linear
 from ._generic import Backend, ConstantBuilder
-from ._scan import _pad_seq, batched_causal_scan
+from ._scan import _pad_seq
 
 __all__ = ["JaxBackend"]
 
@@ -124,11 +124,7 @@ class JaxBackend(Backend):
         data (a replicated initial state would not match a sharded one under ``jit``).
         """
         n = chunks.a.shape[-2]
-        if not isinstance(n, int):  # symbolic length (jax.export): the loop-free form
-            return batched_causal_scan(
-                chunks, init, size=size, eps=eps, device=device, out_dtype=out_dtype, xp=jnp
-            )
-        if n <= 2 * size:
+        if self._loop_free(n) or n <= 2 * size:
             return super().causal_scan(chunks, init, size=size, eps=eps, device=device, out_dtype=out_dtype)
         first = _linear.Chunk(*(t[..., :size, :] for t in chunks))
         o0 = _linear.chunk_output(first, init, eps, jnp, device).astype(out_dtype)
@@ -152,6 +148,9 @@ class JaxBackend(Backend):
         outs = jnp.reshape(outs, (*outs.shape[:-3], m * size, outs.shape[-1]))[..., :rest, :]
         o0 = jnp.broadcast_to(o0, (*outs.shape[:-2], *o0.shape[-2:]))
         return jnp.concatenate([o0, outs], axis=-2), final
+
+    def _loop_free(self, n: Any) -> bool:
+        return not isinstance(n, int)  # symbolic length (jax.export)
 
     def rotate(self, x: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int) -> Array:
         """Whole head: ``x * C + swap(x) * S`` over a view with a pair axis (``(..., 2, r/2)``

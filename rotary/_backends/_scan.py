@@ -37,7 +37,6 @@ def _dev(x: Array) -> Device:
 def batched_causal_scan(
     chunks: _linear.Chunk,
     init: _linear.State | None,
-    *,
     size: int,
     eps: float,
     device: Device,

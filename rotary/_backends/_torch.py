@@ -34,11 +34,9 @@ import torch
 from .._lib import _validation as v
 from .._lib._cache import fast_paths_enabled, get_or_build
 from .._lib._typing import Array, Device, DType, Layout, Namespace
-from .._math import _linear
 from .._math._angles import LEVELS, magnitude
 from . import _eager
 from ._generic import Backend, ConstantBuilder
-from ._scan import batched_causal_scan
 
 __all__ = ["TorchBackend"]
 
@@ -344,28 +342,11 @@ class TorchBackend(Backend):
             idx = idx.to(torch.int64)
         return torch.index_select(table, 0, idx)
 
-    def causal_scan(
-        self,
-        chunks: _linear.Chunk,
-        init: _linear.State | None,
-        *,
-        size: int,
-        eps: float,
-        device: Device,
-        out_dtype: DType,
-    ) -> tuple[Array, _linear.State]:
-        if torch.compiler.is_compiling():
-            return batched_causal_scan(
-                chunks,
-                init,
-                size=size,
-                eps=eps,
-                device=device,
-                out_dtype=out_dtype,
-                xp=self.xp,
-                cumsum=lambda x, axis: torch.cumsum(x, dim=axis),
-            )
-        return super().causal_scan(chunks, init, size=size, eps=eps, device=device, out_dtype=out_dtype)
+    def _loop_free(self, n: Any) -> bool:
+        return bool(torch.compiler.is_compiling())
+
+    def _cumsum(self, x: Array, axis: int) -> Array:
+        return torch.cumsum(x, dim=axis)
 
 
 TORCH = TorchBackend(torch_xp)  # the one instance (see ``backend_for``)

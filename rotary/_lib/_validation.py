@@ -213,6 +213,28 @@ def check_same_dtype(arrays: Sequence[tuple[str, Array]]) -> None:
             raise TypeError(f"{names} must have the same dtype, got {dts}")
 
 
+def check_qkv(arrays: Sequence[tuple[str, Array, str]], xp: Namespace) -> None:
+    """``(name, array, shape)`` of (``q``,) ``k``, ``v`` for attention: real floating, at least
+    two axes, one dtype; ``k`` and ``v`` share the sequence length, ``q`` and ``k`` the feature dim."""
+    for name, x, what in arrays:
+        check_floating(x, xp, name)
+        if x.ndim < 2:
+            raise ValueError(f"{name} must have shape {what}, got shape {tuple(x.shape)}")
+    *qs, (_, k, _), (_, v, _) = arrays
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same sequence length (axis -2), got k.shape={tuple(k.shape)} "
+            f"and v.shape={tuple(v.shape)}"
+        )
+    for _, q, _ in qs:
+        if q.shape[-1] != k.shape[-1]:
+            raise ValueError(
+                f"q and k must have the same feature dim (last axis), got q.shape={tuple(q.shape)} "
+                f"and k.shape={tuple(k.shape)}"
+            )
+    check_same_dtype([(n, x) for n, x, _ in arrays])
+
+
 def _known(n: Any) -> bool:
     return n is not None and not (isinstance(n, float) and math.isnan(n))
 

@@ -1,18 +1,5 @@
-"""The one 2-D rotation, the two pair layouts, and the permutation between them.
-
-``"half"`` (GPT-NeoX, Hugging Face LLaMA/Mistral/Qwen, Gemma, flash-attn default)
-    pair ``i`` is features ``(i, i + r/2)``.
-``"interleaved"`` (RoFormer, the paper, Meta LLaMA, GPT-J, torchtune, lucidrains)
-    pair ``i`` is features ``(2i, 2i + 1)``.
-
-For ``r = 8``::
-
-    feature:      0   1   2   3   4   5   6   7
-    half:        p0  p1  p2  p3  p0  p1  p2  p3
-    interleaved: p0  p0  p1  p1  p2  p2  p3  p3
-
-The two are the same rotation up to a fixed permutation of features.
-"""
+"""The one 2-D rotation, the two pair layouts (described in :mod:`rotary.layouts`), and the
+permutation between them."""
 
 from __future__ import annotations
 

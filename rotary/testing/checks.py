@@ -191,13 +191,13 @@ class _Ctx:
         self.angle_eps = angle_eps
         self.th = reference.theta(head_dim, base)
 
-    def arr(self, host: np.ndarray) -> Any:
+    def arr(self, host: np.ndarray, host_dtype: Any = np.float64, dtype: Any = None) -> Any:
         kw = {} if self.device is None else {"device": self.device}
-        return self.xp.asarray(np.asarray(host, dtype=np.float64), dtype=self.dtype, **kw)
+        dtype = self.dtype if dtype is None else dtype
+        return self.xp.asarray(np.asarray(host, dtype=host_dtype), dtype=dtype, **kw)
 
     def positions(self, host: Any) -> Any:
-        kw = {} if self.device is None else {"device": self.device}
-        return self.xp.asarray(np.asarray(host, dtype=np.int64), dtype=self.pos_dtype, **kw)
+        return self.arr(host, np.int64, self.pos_dtype)
 
     def host(self, a: Any) -> np.ndarray:
         return np.asarray(to_numpy(a), dtype=np.float64)
@@ -259,14 +259,24 @@ _LONG_POS = np.unique(np.minimum(np.round(np.geomspace(2**10, 2**20, 15)).astype
 _LONG_POS = np.concatenate([_LONG_POS, [2**20]])[:16]
 
 
+def _scale(xh: np.ndarray) -> float:
+    return max(1.0, float(np.max(np.abs(xh))))
+
+
+def _against_truth(
+    ctx: _Ctx, name: str, seed: int, pos: np.ndarray
+) -> tuple[PropertyResult, np.ndarray, np.ndarray, float]:
+    """Rotated data at ``pos`` against the float64 oracle; the result, the data, the output, the scale."""
+    x, xh = ctx.data(seed, _shape(ctx))
+    out = ctx.rot(x, pos)
+    scale = _scale(xh)
+    ref = reference.rotate(xh, pos, layout=ctx.layout, th=ctx.th)
+    tol = ctx.base_tol + ctx.allowance(pos)[None, None, :, None]
+    return _measure(name, ctx, _rel(out, ref, scale), tol), xh, out, scale
+
+
 def _p_matrix_form(ctx: _Ctx) -> PropertyResult:
-    x, xh = ctx.data(1, _shape(ctx))
-    out = ctx.rot(x, _MATRIX_POS)
-    scale = max(1.0, float(np.max(np.abs(xh))))
-    ref = reference.rotate(xh, _MATRIX_POS, layout=ctx.layout, th=ctx.th)
-    err = _rel(out, ref, scale)
-    tol = ctx.base_tol + ctx.allowance(_MATRIX_POS)[None, None, :, None]
-    res = _measure("matrix_form", ctx, err, tol)
+    res, xh, out, scale = _against_truth(ctx, "matrix_form", 1, _MATRIX_POS)
     if not res.passed:
         res.message += _diagnose(ctx, xh, out, scale)
     return res
@@ -301,12 +311,7 @@ def _diagnose(ctx: _Ctx, xh: np.ndarray, out: np.ndarray, scale: float) -> str:
 
 
 def _p_long_positions(ctx: _Ctx) -> PropertyResult:
-    x, xh = ctx.data(2, _shape(ctx))
-    out = ctx.rot(x, _LONG_POS)
-    scale = max(1.0, float(np.max(np.abs(xh))))
-    ref = reference.rotate(xh, _LONG_POS, layout=ctx.layout, th=ctx.th)
-    tol = ctx.base_tol + ctx.allowance(_LONG_POS)[None, None, :, None]
-    return _measure("long_positions", ctx, _rel(out, ref, scale), tol)
+    return _against_truth(ctx, "long_positions", 2, _LONG_POS)[0]
 
 
 _M = np.array([0, 3, 17, 100, 1000, 4000, 7, 2500, 0, 42, 999, 4096, 1, 333, 3000, 64])
@@ -367,7 +372,7 @@ def _p_inverse(ctx: _Ctx) -> PropertyResult:
     x, xh = ctx.data(7, _shape(ctx))
     once = ctx.fn(x, ctx.positions(pos))
     back = ctx.rot(once, -pos)
-    scale = max(1.0, float(np.max(np.abs(xh))))
+    scale = _scale(xh)
     tol = ctx.base_tol + 2 * ctx.allowance(pos)[None, None, :, None]
     return _measure("inverse", ctx, _rel(back, xh, scale), tol)
 
@@ -378,7 +383,7 @@ def _p_composition(ctx: _Ctx) -> PropertyResult:
     x, xh = ctx.data(8, _shape(ctx))
     twice = ctx.rot(ctx.fn(x, ctx.positions(a)), b)
     once = ctx.rot(x, a + b)
-    scale = max(1.0, float(np.max(np.abs(xh))))
+    scale = _scale(xh)
     tol = 2 * ctx.base_tol + ctx.allowance(np.abs(a) + np.abs(b) + np.abs(a + b))[None, None, :, None]
     return _measure("composition", ctx, _rel(twice, once, scale), tol)
 
@@ -469,19 +474,8 @@ def _p_no_mutation(ctx: _Ctx) -> PropertyResult:
     return PropertyResult("no_mutation", not msgs, err, 0.0, err / ctx.eps, "; ".join(msgs))
 
 
-_RUNNERS: dict[str, Callable[[_Ctx], PropertyResult]] = {
-    "matrix_form": _p_matrix_form,
-    "long_positions": _p_long_positions,
-    "relative_position": _p_relative_position,
-    "shift_invariance": _p_shift_invariance,
-    "norm": _p_norm,
-    "inverse": _p_inverse,
-    "composition": _p_composition,
-    "layout": _p_layout,
-    "dtype": _p_dtype,
-    "device": _p_device,
-    "no_mutation": _p_no_mutation,
-}
+#: The runner of property ``name`` is ``_p_<name>``.
+_RUNNERS: dict[str, Callable[[_Ctx], PropertyResult]] = {name: globals()[f"_p_{name}"] for name in PROPERTIES}
 
 
 def _resolve_dtype(xp: Any, dtype: Any) -> Any:
