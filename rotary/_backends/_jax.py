@@ -13,8 +13,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .._lib._cache import fast_paths_enabled, get_or_build
-from .._lib._typing import Array, Device, DType, Layout
+from .._lib._cache import get_or_build
+from .._lib._typing import Array, Device, DType
 from .._math import _linear
 from ._generic import Backend, ConstantBuilder
 from ._scan import _pad_seq
@@ -151,28 +151,6 @@ class JaxBackend(Backend):
 
     def _loop_free(self, n: Any) -> bool:
         return not isinstance(n, int)  # symbolic length (jax.export)
-
-    def rotate(self, x: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int) -> Array:
-        """Whole head: ``x * C + swap(x) * S`` over a view with a pair axis (``(..., 2, r/2)``
-        for the half layout, ``(..., r/2, 2)`` for the interleaved one), ``S = [-sin, sin]``:
-        one elementwise pass (the generic slices and concatenate cost ~1.5x that on XLA CPU).
-        ``a + b * (-c) == a - b * c`` exactly: the generic formula's bits op by op (under
-        ``jit`` XLA may contract either into fused multiply-adds)."""
-        if not (fast_paths_enabled() and rotary_dim == x.shape[-1]):
-            return super().rotate(x, c, s, layout=layout, rotary_dim=rotary_dim)
-        out_dtype = x.dtype
-        if x.dtype != c.dtype:
-            x = x.astype(c.dtype)
-        h = rotary_dim // 2
-        if layout == "half":
-            xv = jnp.reshape(x, (*x.shape[:-1], 2, h))
-            sign = jnp.asarray([[-1.0], [1.0]], dtype=c.dtype)
-            out = xv * c[..., None, :] + xv[..., ::-1, :] * (s[..., None, :] * sign)
-        else:
-            xv = jnp.reshape(x, (*x.shape[:-1], h, 2))
-            sign = jnp.asarray([-1.0, 1.0], dtype=c.dtype)
-            out = xv * c[..., None] + xv[..., ::-1] * (s[..., None] * sign)
-        return jnp.reshape(out, x.shape).astype(out_dtype)
 
     def jit(self, fn: Callable[..., Any], static_argnums: tuple[int, ...]) -> Callable[..., Any]:
         def make() -> tuple[Callable[..., Any], int, bool]:
