@@ -164,15 +164,15 @@ def _rotate_small_half_joint(q: Array, k: Array, c: Array, S: Array, h: int) -> 
     same operations in the same order.  The outputs are contiguous views of one fresh buffer."""
     qs, ks = q.shape, k.shape
     ax = next((i for i in range(q.ndim) if qs[i] != ks[i]), 0)
-    if q.ndim != k.ndim or any(qs[i] != 1 for i in range(ax)) or qs[ax + 1 :] != ks[ax + 1 :]:
+    flat = q.ndim != k.ndim or any(qs[i] != 1 for i in range(ax)) or qs[ax + 1 :] != ks[ax + 1 :]
+    if flat:
         q, k, ax = q.reshape(-1, 2 * h), k.reshape(-1, 2 * h), 0  # rows of both, flattened
     qk = torch.cat([q, k], dim=ax)
     pairs = qk.view(*qk.shape[:-1], 2, h)
     out = torch.mul(pairs, c)
     out.add_(pairs.flip(-2).mul_(S))
-    out = out.view(qk.shape)
-    nq = q.shape[ax]
-    return out.narrow(ax, 0, nq).view(qs), out.narrow(ax, nq, qk.shape[ax] - nq).view(ks)
+    a, b = out.view(qk.shape).split_with_sizes([q.shape[ax], k.shape[ax]], dim=ax)
+    return (a.view(qs), b.view(ks)) if flat else (a, b)
 
 
 class TorchBackend(Backend):
