@@ -19,7 +19,7 @@ from . import _hfconfig
 from ._backends import Backend, backend_for
 from ._config import RopeConfig, build_constant
 from ._lib import _validation as v
-from ._lib._cache import intern, interned, memo_add, memo_has
+from ._lib._cache import intern, interned, memo_add, memo_has, memo_plan
 from ._lib._compat import array_namespace, as_namespace, is_array, library_name, namespace_of
 from ._lib._typing import AngleMethod, Array, Device, DType, Layout, Namespace, PartialMode, RotaryEmbedding
 from ._math._angles import float32_recipe
@@ -185,10 +185,13 @@ class Rotary:
         xp = self._namespace(q, k)
         be = backend_for(xp)
         sig = be.signature(q, k, pos, k_pos)
-        if sig is None or not memo_has((self, "apply", sig)):
+        key = (self, "apply", sig)
+        if sig is None or not memo_has(key):
             self._check_apply(be, q, k, pos, k_pos)
             if sig is not None:
-                memo_add((self, "apply", sig))
+                memo_add(key, None if k_pos is not None else self._decode_plan(be, q, k, pos))
+        elif (plan := memo_plan(key)) is not None and (out := plan(q, k, pos)) is not None:
+            return out
         dev = be.creation_device(q)
         p, rng = be.positions(pos, name="pos", device=dev)
         if k_pos is None:
@@ -207,6 +210,11 @@ class Rotary:
         return self._rotate(be, q, p, rng, dev), self._rotate(be, k, kp, krng, dev)
 
     # -- shared steps --------------------------------------------------------------------------
+    def _decode_plan(self, be: Backend, q: Array, k: Array, pos: Any) -> Any:
+        """The backend's shortcut for later :meth:`apply` calls with arguments like these
+        (decoding), or ``None``; the shortcut returns ``None`` where it does not apply."""
+        return None
+
     def _needs_all_positions(self) -> bool:
         """Dynamic scalings read the sequence length from every position (no block-wise Dask)."""
         return False
@@ -429,6 +437,12 @@ class RoPE(Rotary):
 
     def _needs_all_positions(self) -> bool:
         return bool(self.config.scaling.dynamic)
+
+    def _decode_plan(self, be: Backend, q: Array, k: Array, pos: Any) -> Any:
+        cfg = self.config
+        if cfg.scaling.dynamic or cfg.angles != "exact" or self._af != 1.0:
+            return None
+        return be.decode_plan(build_constant, cfg, q, k, pos, layout=self.layout, rotary_dim=self._width)
 
     def _rotation_dtype(self, x_dtype: DType, cdt: DType) -> DType:
         return x_dtype if self.config.angles == "float32" else cdt

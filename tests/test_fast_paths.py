@@ -65,6 +65,36 @@ def test_joint_rotation_fast_path_is_bitwise_generic(backend, rng, qshape, kshap
             np.testing.assert_array_equal(backend.to_numpy(f), backend.to_numpy(s_))
 
 
+def test_decode_steps_stay_bitwise_generic(backend, rng):
+    """Step after step with the same argument shapes (what later calls shortcut): every position
+    kind (table rows, past the table, negative), after the cache is cleared, and with the fast
+    paths switched off in between: the generic bits each time."""
+    q = backend.asarray(rng.standard_normal((1, 32, 1, 128)), "float32")
+    k = backend.asarray(rng.standard_normal((1, 8, 1, 128)), "float32")
+    rope = rotary.RoPE(128)
+    for i, p in enumerate([5, 6, 4095, 4096, 40_000, 2**15 - 1, 2**15, -3, 0, 5]):
+        if i == 8:
+            rotary.clear_cache()
+        pos = backend.asarray(np.array([p]), backend.int_dtype())
+        fast, slow = _both(lambda pos=pos: rope.apply(q, k, pos))
+        for f, s_ in zip(fast, slow):
+            np.testing.assert_array_equal(backend.to_numpy(f), backend.to_numpy(s_))
+        assert_close(fast[0], reference.rotate(backend.to_numpy(q), [p]), like=q, ulps=16)
+
+
+def test_torch_decode_shortcut_leaves_autograd_to_the_generic_path(rng):
+    torch = pytest.importorskip("torch")
+    rope = rotary.RoPE(64)
+    q = torch.tensor(rng.standard_normal((1, 4, 1, 64)), dtype=torch.float32)
+    k = torch.tensor(rng.standard_normal((1, 2, 1, 64)), dtype=torch.float32)
+    for p in (3, 4):
+        rope.apply(q, k, torch.tensor([p]))
+    qg = q.clone().requires_grad_(True)
+    qr, _ = rope.apply(qg, k, torch.tensor([5]))
+    qr.square().sum().backward()
+    torch.testing.assert_close(qg.grad, 2 * q, rtol=1e-5, atol=1e-5)  # rotation keeps norms
+
+
 @pytest.mark.parametrize("top", [4095, 2**15 - 1, 4096**2 - 1, 2**31 - 1])
 def test_exact_angle_fast_paths_are_bitwise_generic(backend, rng, top):
     """Position tables (< 2**15), skipped digit levels and the non-negative hint: same bits."""

@@ -242,8 +242,24 @@ class Backend:
     def _table_lookup(
         self, pos: Array, build: ConstantBuilder, config: Hashable, dev: Device, dtype: DType, hi: int
     ) -> tuple[Array, Array]:
-        """cos/sin of positions ``0 <= pos <= hi`` from a per-position table (rows ``0 .. 2**k``),
-        built once with the exact method."""
+        """cos/sin of positions ``0 <= pos <= hi`` from the per-position table."""
+        xp = self.xp
+        table = self.position_table(build, config, dev, dtype, hi)
+        n = table.shape[1] // 2
+        if all(d == 1 for d in pos.shape):  # one position (decoding): views of its row
+            t = table[hi : hi + 1, ...]
+        else:
+            t = self._take_rows(table, pos if pos.ndim == 1 else xp.reshape(pos, (-1,)))
+        c, s = t[:, :n], t[:, n:]
+        if pos.ndim != 1:
+            c, s = xp.reshape(c, (*pos.shape, n)), xp.reshape(s, (*pos.shape, n))
+        return c, s
+
+    def position_table(
+        self, build: ConstantBuilder, config: Hashable, dev: Device, dtype: DType, hi: int
+    ) -> Array:
+        """``(rows, 2 n)``: cos then sin of positions ``0 .. rows - 1 >= hi`` (``rows`` a power of
+        two from 4096), one contiguous row per position, built once with the exact method."""
         xp = self.xp
         rows = 4096
         while rows <= hi:
@@ -257,16 +273,23 @@ class Backend:
             table = xp.concat([c, s], axis=1)  # (rows, 2 n): one contiguous row per position
             return self._built(table)
 
-        table = get_or_build((config, "position_table", rows, self.name, dev, dtype), make)
-        n = table.shape[1] // 2
-        if all(d == 1 for d in pos.shape):  # one position (decoding): views of its row
-            t = table[hi : hi + 1, ...]
-        else:
-            t = self._take_rows(table, pos if pos.ndim == 1 else xp.reshape(pos, (-1,)))
-        c, s = t[:, :n], t[:, n:]
-        if pos.ndim != 1:
-            c, s = xp.reshape(c, (*pos.shape, n)), xp.reshape(s, (*pos.shape, n))
-        return c, s
+        return get_or_build((config, "position_table", rows, self.name, dev, dtype), make)
+
+    def decode_plan(
+        self,
+        build: ConstantBuilder,
+        config: Hashable,
+        q: Array,
+        k: Array,
+        pos: Any,
+        *,
+        layout: Layout,
+        rotary_dim: int,
+    ) -> Callable[[Array, Array, Any], tuple[Array, Array] | None] | None:
+        """A shortcut for rotating arguments like ``q, k, pos`` (their types, shapes, dtypes and
+        devices checked) by ``config``'s exact angles, computing the same bits; it returns
+        ``None`` for values it does not cover.  ``None``: no shortcut (the generic steps are it)."""
+        return None
 
     def _take_rows(self, table: Array, idx: Array) -> Array:
         return self.xp.take(table, idx, axis=0)

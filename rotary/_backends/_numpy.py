@@ -7,7 +7,7 @@ generic code for the rotation and 3x for the exact angles of 128k positions
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
@@ -16,7 +16,7 @@ from .._lib._cache import fast_paths_enabled
 from .._lib._typing import Array, DType, Layout
 from .._math._angles import LEVELS, magnitude
 from . import _eager
-from ._generic import Backend, _check_host
+from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, _check_host
 
 __all__ = ["NumpyBackend"]
 
@@ -90,6 +90,45 @@ class NumpyBackend(Backend):
         h = rotary_dim // 2
         C, S = c[..., None, :], np.multiply(s[..., None, :], _sign(s.dtype, 0))
         return _rotate_small_half(q, C, S, h), _rotate_small_half(k, C, S, h)
+
+    def decode_plan(
+        self,
+        build: ConstantBuilder,
+        config: Hashable,
+        q: Array,
+        k: Array,
+        pos: Any,
+        *,
+        layout: Layout,
+        rotary_dim: int,
+    ) -> Callable[[Array, Array, Any], tuple[Array, Array] | None] | None:
+        """Decoding (one integer position, small q and k, the half layout, whole heads, the
+        compute dtype): :meth:`rotate_both`'s kernel on the position's table row, without the
+        per-call lookups.  Positions outside the table or ``fast_paths(False)``: generic steps."""
+        dtype = self.compute_dtype(q.dtype)
+        small = rotary_dim == q.shape[-1] and layout == "half" and q.nbytes <= _eager.BLOCK_BYTES
+        if not (
+            small
+            and _plain(q, k, pos)
+            and pos.size == 1
+            and pos.dtype.kind in "iu"
+            and q.dtype == k.dtype == dtype
+            and k.nbytes <= _eager.BLOCK_BYTES
+        ):
+            return None
+        h, dev = rotary_dim // 2, self.creation_device(q)
+
+        def plan(q: Array, k: Array, pos: Any) -> tuple[Array, Array] | None:
+            if not (fast_paths_enabled() and _plain(q, k, pos)):
+                return None
+            p = int(pos.reshape(-1)[0])
+            if not 0 <= p < POSITION_TABLE_MAX:
+                return None
+            row = self.position_table(build, config, dev, dtype, p)[p]
+            C, S = row[:h], np.multiply(row[h:], _sign(dtype, 0))
+            return _rotate_small_half(q, C, S, h), _rotate_small_half(k, C, S, h)
+
+        return plan
 
     def _exact(
         self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool, *, checked: bool

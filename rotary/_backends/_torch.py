@@ -36,7 +36,7 @@ from .._lib._cache import fast_paths_enabled, get_or_build
 from .._lib._typing import Array, Device, DType, Layout, Namespace
 from .._math._angles import LEVELS, magnitude
 from . import _eager
-from ._generic import Backend, ConstantBuilder
+from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder
 
 __all__ = ["TorchBackend"]
 
@@ -158,20 +158,20 @@ def _rotate_small_half(x: Array, C: Array, S: Array, h: int) -> Array:
     return torch.add(out, torch.mul(xv.flip(-2), S), out=out).view(x.shape)
 
 
-def _rotate_small_half_joint(q: Array, k: Array, c: Array, S: Array, h: int) -> tuple[Array, Array]:
-    """:func:`_rotate_small_half` of ``q`` and ``k`` at one position (``c``: ``(1, h)``, ``S``:
-    ``(2, h)``) in one pass over the two concatenated (decoding: half the torch calls); the
-    same operations in the same order.  The outputs are contiguous views of one fresh buffer."""
+def _rotate_small_half_joint(q: Array, k: Array, C2: Array, S2: Array, h: int) -> tuple[Array, Array]:
+    """``q`` and ``k`` at one position in the half layout, in one pass over the two
+    concatenated, in the fewest torch calls (decoding): ``x * C2 + roll(x, h) * S2`` with the
+    per-feature rows ``C2 = [cos, cos]``, ``S2 = [-sin, sin]``; ``a + b * (-c) == a - b * c``
+    exactly, so these are the generic formula's bits.  The outputs are views of one buffer."""
     qs, ks = q.shape, k.shape
     ax = next((i for i in range(q.ndim) if qs[i] != ks[i]), 0)
     flat = q.ndim != k.ndim or any(qs[i] != 1 for i in range(ax)) or qs[ax + 1 :] != ks[ax + 1 :]
     if flat:
         q, k, ax = q.reshape(-1, 2 * h), k.reshape(-1, 2 * h), 0  # rows of both, flattened
     qk = torch.cat([q, k], dim=ax)
-    pairs = qk.view(*qk.shape[:-1], 2, h)
-    out = torch.mul(pairs, c)
-    out.add_(pairs.flip(-2).mul_(S))
-    a, b = out.view(qk.shape).split_with_sizes([q.shape[ax], k.shape[ax]], dim=ax)
+    out = torch.mul(qk, C2)
+    out.add_(qk.roll(h, -1).mul_(S2))
+    a, b = out.split_with_sizes([q.shape[ax], k.shape[ax]], dim=ax)
     return (a.view(qs), b.view(ks)) if flat else (a, b)
 
 
@@ -318,11 +318,65 @@ class TorchBackend(Backend):
             return super().rotate_both(q, k, c, s, layout=layout, rotary_dim=rotary_dim)
         h = rotary_dim // 2
         if all(d == 1 for d in c.shape[:-1]):  # one position for every row: one joint pass
-            if c.ndim > 2:
-                c, s = c.view(1, h), s.view(1, h)
-            return _rotate_small_half_joint(q, k, c, torch.mul(s, _SIGN[s.dtype]), h)
+            c, s = c.reshape(h), s.reshape(h)
+            return _rotate_small_half_joint(q, k, torch.cat([c, c]), torch.cat([-s, s]), h)
         C, S = _small_half_tables(c, s)
         return _rotate_small_half(q, C, S, h), _rotate_small_half(k, C, S, h)
+
+    def decode_plan(
+        self,
+        build: ConstantBuilder,
+        config: Hashable,
+        q: Array,
+        k: Array,
+        pos: Any,
+        *,
+        layout: Layout,
+        rotary_dim: int,
+    ) -> Callable[[Array, Array, Any], tuple[Array, Array] | None] | None:
+        """Decoding on the CPU (one integer position, small q and k, the half layout, whole heads,
+        the compute dtype): the generic steps' bits from the position's table row and the joint
+        pass, without the per-call lookups.  Positions outside the table, autograd, tracing or
+        ``fast_paths(False)`` take the generic steps."""
+        dtype = self.compute_dtype(q.dtype)
+        if not (
+            type(pos) is torch.Tensor
+            and pos.is_cpu
+            and pos.numel() == 1
+            and pos.dtype in _INTEGER
+            and q.dtype == k.dtype == dtype
+            and self._small_half(q, layout, rotary_dim)
+            and self._small_half(k, layout, rotary_dim)
+            and self._eager_ok(q)
+            and self._eager_ok(k)
+        ):
+            return None
+        dev, h = self.creation_device(q), rotary_dim // 2
+
+        def rows(p: int) -> Array:
+            """``(rows, 2, r)``: per position, the rows ``C2`` and ``S2`` of the joint pass
+            (from the position table with the same number of rows)."""
+            n = 4096
+            while n <= p:
+                n *= 2
+
+            def make() -> tuple[Array, int, bool]:
+                c, s = self.position_table(build, config, dev, dtype, p).split_with_sizes([h, h], 1)
+                value = torch.stack([torch.cat([c, c], 1), torch.cat([-s, s], 1)], 1)
+                return value, int(value.nbytes), _real(value)
+
+            return get_or_build((config, "decode_rows", n, dev, dtype), make)
+
+        def plan(q: Array, k: Array, pos: Any) -> tuple[Array, Array] | None:
+            if not (type(pos) is torch.Tensor and self._eager_ok(q) and self._eager_ok(k)):
+                return None
+            p = int(pos)
+            if not 0 <= p < POSITION_TABLE_MAX:
+                return None
+            C2, S2 = rows(p)[p].unbind(0)
+            return _rotate_small_half_joint(q, k, C2, S2, h)
+
+        return plan
 
     def _exact(
         self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool, *, checked: bool

@@ -222,7 +222,7 @@ def interned(handle: str) -> Any:
 
 
 # -- checked signatures ----------------------------------------------------------------------
-_MEMO: set[Hashable] = set()
+_MEMO: dict[Hashable, Any] = {}
 _MAX_MEMO = 4096
 
 
@@ -232,7 +232,12 @@ def memo_has(key: Hashable) -> bool:
     return key in _MEMO
 
 
-def memo_add(key: Hashable) -> None:
+def memo_plan(key: Hashable) -> Any:
+    """The plan stored with ``key`` (a backend's shortcut for these arguments), or ``None``."""
+    return _MEMO.get(key)
+
+
+def memo_add(key: Hashable, plan: Any = None) -> None:
     if len(_MEMO) >= _MAX_MEMO:
         _MEMO.clear()
-    _MEMO.add(key)
+    _MEMO[key] = plan
