@@ -49,6 +49,8 @@ def test_rotation_fast_path_is_bitwise_generic(backend, rng, layout, shape, rota
         ((4, 1, 8, 64), (4, 1, 2, 64), (4, 1, 1)),  # (batch, seq, heads, dim) decode
         ((3, 4, 1, 64), (3, 4, 1, 64), ()),  # one scalar position for every row
         ((2, 4, 50, 64), (2, 2, 50, 64), (50,)),  # prefill, grouped-query heads
+        ((64,), (64,), ()),  # one head vector each (regression: joined along the features)
+        ((3, 64), (3, 64), ()),
     ],
 )
 def test_joint_rotation_fast_path_is_bitwise_generic(backend, rng, qshape, kshape, pshape):
@@ -93,6 +95,22 @@ def test_torch_decode_shortcut_leaves_autograd_to_the_generic_path(rng):
     qr, _ = rope.apply(qg, k, torch.tensor([5]))
     qr.square().sum().backward()
     torch.testing.assert_close(qg.grad, 2 * q, rtol=1e-5, atol=1e-5)  # rotation keeps norms
+
+
+@pytest.mark.parametrize("split", [(8, 4), (22, 22, 20)])
+def test_axial_single_token_takes_each_axis_own_row(backend, rng, split):
+    """Regression: with one token, every axis used the row of the largest coordinate (the
+    per-position table's single-row view trusted the range of all axes together)."""
+    rope = rotary.AxialRoPE(sum(split), len(split), split=split)
+    x = backend.asarray(rng.standard_normal((4, 1, sum(split))), "float32")
+    coords = np.array([[2, 5, 9][: len(split)]])
+    pos = backend.asarray(coords, backend.int_dtype())
+    fast, slow = _both(lambda: rope.rotate(x, pos))
+    np.testing.assert_array_equal(backend.to_numpy(fast), backend.to_numpy(slow))
+    per_pair = np.concatenate([np.full(v // 2, c) for v, c in zip(split, coords[0])])
+    theta = np.concatenate([reference.theta(v) for v in split])
+    want = reference.rotate_pairs(backend.to_numpy(x), per_pair, theta)
+    assert_close(fast, want, like=x, ulps=16)
 
 
 @pytest.mark.parametrize("top", [4095, 2**15 - 1, 4096**2 - 1, 2**31 - 1])

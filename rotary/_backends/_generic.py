@@ -27,6 +27,8 @@ from ._scan import batched_causal_scan
 
 __all__ = ["POSITION_TABLE_MAX", "Backend", "ConstantBuilder"]
 
+Range = tuple[int, int]
+
 #: Builds a device constant: ``build(config, kind, xp, device, dtype) -> array``.
 ConstantBuilder = Callable[[Any, str, Namespace, Device, DType], Array]
 
@@ -216,7 +218,7 @@ class Backend:
         if rng is not None and rng[0] >= 0 and fast_paths_enabled():
             hi = rng[1]
             if hi < POSITION_TABLE_MAX and not self.tracing():
-                return self._table_lookup(pos, build, config, device, dtype, hi)
+                return self._table_lookup(pos, build, config, device, dtype, rng)
             levels, nonneg = _angles.levels_for_range(hi), True
         tables = self.constant(build, config, "tables", device, dtype)
         w = self.constant(build, config, "inv_freq", device, dtype)
@@ -240,13 +242,20 @@ class Backend:
         )
 
     def _table_lookup(
-        self, pos: Array, build: ConstantBuilder, config: Hashable, dev: Device, dtype: DType, hi: int
+        self,
+        pos: Array,
+        build: ConstantBuilder,
+        config: Hashable,
+        dev: Device,
+        dtype: DType,
+        rng: tuple[int, int],
     ) -> tuple[Array, Array]:
-        """cos/sin of positions ``0 <= pos <= hi`` from the per-position table."""
+        """cos/sin of positions ``0 <= lo <= pos <= hi`` (``rng``) from the per-position table."""
         xp = self.xp
+        lo, hi = rng
         table = self.position_table(build, config, dev, dtype, hi)
         n = table.shape[1] // 2
-        if all(d == 1 for d in pos.shape):  # one position (decoding): views of its row
+        if lo == hi and all(d == 1 for d in pos.shape):  # one position (decoding): views of its row
             t = table[hi : hi + 1, ...]
         else:
             t = self._take_rows(table, pos if pos.ndim == 1 else xp.reshape(pos, (-1,)))

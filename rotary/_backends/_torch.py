@@ -165,7 +165,12 @@ def _rotate_small_half_joint(q: Array, k: Array, C2: Array, S2: Array, h: int) -
     exactly, so these are the generic formula's bits.  The outputs are views of one buffer."""
     qs, ks = q.shape, k.shape
     ax = next((i for i in range(q.ndim) if qs[i] != ks[i]), 0)
-    flat = q.ndim != k.ndim or any(qs[i] != 1 for i in range(ax)) or qs[ax + 1 :] != ks[ax + 1 :]
+    flat = (
+        ax >= q.ndim - 1  # joined along the features: no
+        or q.ndim != k.ndim
+        or any(qs[i] != 1 for i in range(ax))
+        or qs[ax + 1 :] != ks[ax + 1 :]
+    )
     if flat:
         q, k, ax = q.reshape(-1, 2 * h), k.reshape(-1, 2 * h), 0  # rows of both, flattened
     qk = torch.cat([q, k], dim=ax)
