@@ -17,6 +17,7 @@ error naming it, as is an unknown ``rope_type`` or scaling key: nothing is silen
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -34,8 +35,6 @@ __all__ = [
     "LayerSpec",
     "ModelSpec",
     "hf_rope_parameters",
-    "layer_type_spec",
-    "load_config",
     "model_spec",
     "mrope_index_options",
     "mrope_spec",
@@ -43,6 +42,7 @@ __all__ = [
 ]
 
 _NEEDS_L0 = ("llama3", "yarn", "longrope")
+_PROPORTIONAL_KEYS = ("factor", "partial_rotary_factor", "rope_theta")
 
 #: ``rope_theta`` that ``transformers`` assumes when a config has none (its config classes'
 #: ``default_theta``); 10000 for every other model type.  Per layer type where it differs.
@@ -80,6 +80,8 @@ _MROPE = {
     "qwen3_vl_moe": ((24, 20, 20), True),
 }
 _DEEPSEEK = frozenset({"deepseek_v2", "deepseek_v3"})
+#: Families that derive ``layer_types`` with every that many-th layer global (full attention).
+_SLIDING_EVERY = {"gemma2": 2, "gpt_oss": 2, "gemma3": 6, "cohere2": 4, "gemma4": 6}
 #: Families whose RoPE parameters differ per layer type (full vs sliding attention).
 _PER_TYPE = frozenset({"gemma3", "gemma4", "modernbert"})
 
@@ -105,6 +107,25 @@ _MODEL_KEYS: dict[str, frozenset[str]] = {
     "use_dynamic_ntk": frozenset(),
     "use_logn_attn": frozenset(),
 }
+#: Every family rotary.hf knows: those with a rule above, and the plain Llama-style ones.
+_KNOWN = frozenset(
+    {
+        "llama",
+        "mistral",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "gemma",
+        "gemma2",
+        "falcon",
+        "olmo",
+        "olmo2",
+        "granite",
+        "granitemoe",
+        "internlm2",
+    }
+).union(_PARTIAL, _INTERLEAVED, _DEEPSEEK, _PER_TYPE, _MROPE, DEFAULT_THETA, *_MODEL_KEYS.values())
 
 _ALIASES = {
     "hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model"),
@@ -128,8 +149,8 @@ _ATTENTION_KEYS = (
 )
 
 
-def load_config(config: Any) -> Any:
-    """A config object or dict as it is; a path to a ``config.json`` or a checkpoint folder read."""
+def _as_dict(config: Any, name: str = "config") -> dict[str, Any]:
+    """A config object, a dict, or a path to a ``config.json`` or a checkpoint folder, as a dict."""
     if isinstance(config, (str, os.PathLike)):
         path = os.fspath(config)
         if os.path.isdir(path):
@@ -144,11 +165,6 @@ def load_config(config: Any) -> Any:
         if not isinstance(data, dict):
             raise ValueError(f"config: {path!r} holds a {type(data).__name__}, not a JSON object")
         return data
-    return config
-
-
-def _as_dict(config: Any, name: str = "config") -> dict[str, Any]:
-    config = load_config(config)
     if isinstance(config, Mapping):
         return dict(config)
     to_dict = getattr(config, "to_dict", None)
@@ -164,11 +180,11 @@ def _as_dict(config: Any, name: str = "config") -> dict[str, Any]:
     return {k: val for k, val in vars(config).items() if not k.startswith("_")}
 
 
-def _family(model_type: str | None) -> str | None:
-    if model_type is None:
+def _family(model_type: Any) -> str | None:
+    if not isinstance(model_type, str):
         return None
-    mt = model_type[: -len("_text")] if model_type.endswith("_text") else model_type
-    return {"stablelm_epoch": "stablelm"}.get(mt, mt)
+    mt = model_type.removesuffix("_text")
+    return "stablelm" if mt == "stablelm_epoch" else mt
 
 
 class _Cfg:
@@ -227,13 +243,10 @@ class _Cfg:
             )
 
     # -- sizes ---------------------------------------------------------------------------------
-    def num_layers(self) -> int | None:
-        n = self.get("num_hidden_layers")
-        return None if n is None else v.check_int(n, "num_hidden_layers", minimum=1)
-
-    def max_positions(self) -> int | None:
-        m = self.get("max_position_embeddings")
-        return None if m is None else v.check_int(m, "max_position_embeddings", minimum=1)
+    def count(self, name: str) -> int | None:
+        """``num_hidden_layers`` or ``max_position_embeddings`` (or an alias), checked."""
+        n = self.get(name)
+        return None if n is None else v.check_int(n, name, minimum=1)
 
     def head_dim(self, layer_type: str | None, index: int | None) -> int:
         fam = self.family
@@ -271,9 +284,11 @@ class _Cfg:
         return dict(o) if isinstance(o, Mapping) else {}
 
     # -- layers --------------------------------------------------------------------------------
-    def uses_rope(self, n: int) -> tuple[bool, ...] | None:
+    @functools.cached_property
+    def uses_rope(self) -> tuple[bool, ...] | None:
         """Llama 4 / SmolLM3 ``no_rope_layers`` (1: the layer uses RoPE, 0: NoPE)."""
-        if self.family not in ("llama4", "smollm3"):
+        n = self.count("num_hidden_layers")
+        if n is None or self.family not in ("llama4", "smollm3"):
             return None
         flags = self.d.get("no_rope_layers")
         # transformers: Llama 4 rebuilds an empty list, SmolLM3 only a missing one.
@@ -285,42 +300,47 @@ class _Cfg:
             raise ValueError(f"no_rope_layers must have num_hidden_layers={n} entries, got {len(flags)}")
         return tuple(bool(v.check_int(f, f"no_rope_layers[{i}]", minimum=0)) for i, f in enumerate(flags))
 
-    def layer_types(self, n: int | None) -> tuple[str, ...] | None:
+    @functools.cached_property
+    def layer_types(self) -> tuple[str, ...] | None:
+        """``layer_types`` (given, or derived as ``transformers`` derives them)."""
+        n = self.count("num_hidden_layers")
         lt = self.d.get("layer_types")
         fam = self.family
         if lt is not None:
             types = tuple(str(t) for t in v.check_sequence(lt, "layer_types", "layer type names"))
             if n is not None and len(types) != n:
                 raise ValueError(f"layer_types must have num_hidden_layers={n} entries, got {len(types)}")
-            if fam == "gemma4" and types and types[-1] != "full_attention":
-                types = (*types[:-1], "full_attention")  # transformers forces it (with a warning)
-            return types
-        if n is None:
+        elif n is None:
             return None
-
-        def pattern(p: int) -> tuple[str, ...]:
-            return tuple("sliding_attention" if (i + 1) % p else "full_attention" for i in range(n))
-
-        if fam in ("gemma2", "gpt_oss"):
-            return pattern(2)
-        if fam in ("gemma3", "cohere2"):
-            every = self.get("sliding_window_pattern", 6 if fam == "gemma3" else 4)
-            return pattern(v.check_int(every, "sliding_window_pattern", minimum=1))
-        if fam == "gemma4":
-            types = pattern(6)
-            return (*types[:-1], "full_attention")
-        if fam == "modernbert":
+        elif fam in _SLIDING_EVERY:  # every that many-th layer is global
+            every = _SLIDING_EVERY[fam]
+            if fam in ("gemma3", "cohere2"):
+                every = v.check_int(
+                    self.get("sliding_window_pattern", every), "sliding_window_pattern", minimum=1
+                )
+            types = tuple("sliding_attention" if (i + 1) % every else "full_attention" for i in range(n))
+        elif fam == "modernbert":  # the first of every that many layers is global
             every = v.check_int(
                 self.get("global_attn_every_n_layers", 3), "global_attn_every_n_layers", minimum=1
             )
             return tuple("sliding_attention" if i % every else "full_attention" for i in range(n))
-        rope = self.uses_rope(n)
-        if fam == "llama4" and rope is not None:
+        elif (rope := self.uses_rope) is None:
+            return None
+        elif fam == "llama4":
             return tuple("chunked_attention" if r else "full_attention" for r in rope)
-        if fam == "smollm3" and rope is not None:
+        else:  # smollm3
             sliding = bool(self.get("use_sliding_window")) and self.has("sliding_window")
             return tuple("sliding_attention" if sliding and not r else "full_attention" for r in rope)
-        return None
+        if fam == "gemma4" and types and types[-1] != "full_attention":
+            types = (*types[:-1], "full_attention")  # transformers forces it (with a warning)
+        return types
+
+    def has_rope(self, index: int) -> bool:
+        """Whether layer ``index`` applies RoPE (not a NoPE layer, nor a Cohere 2 global layer)."""
+        uses, types = self.uses_rope, self.layer_types
+        if uses is not None and not uses[index]:
+            return False
+        return not (self.family == "cohere2" and types is not None and types[index] == "full_attention")
 
     # -- RoPE parameters -----------------------------------------------------------------------
     def _dict(self, key: str) -> dict[str, Any] | None:
@@ -347,14 +367,9 @@ class _Cfg:
         rp = self._dict("rope_parameters") if source in (None, "rope_parameters") else None
         rs = self._dict("rope_scaling") if source in (None, "rope_scaling") else None
         fam = self.family
-        nested = rp is not None and any(isinstance(val, Mapping) for val in rp.values())
-        if nested:
-            assert rp is not None
+        if rp is not None and any(isinstance(val, Mapping) for val in rp.values()):
             if layer_type is None:
-                keys = [k for k, val in rp.items() if isinstance(val, Mapping)]
-                raise ValueError(
-                    f"config has per-layer RoPE parameters for {keys}; pass layer_type= one of them"
-                )
+                raise _pass_layer_type([k for k, val in rp.items() if isinstance(val, Mapping)])
             if layer_type not in rp:
                 raise ValueError(
                     f"layer_type must be one of {list(rp)} (the config's rope_parameters), got {layer_type!r}"
@@ -368,7 +383,7 @@ class _Cfg:
             ):
                 out.update(rs)
             return out
-        flat = rs if rs is not None else (rp if rp is not None else None)
+        flat = rs if rs is not None else rp
         if fam in _PER_TYPE:
             if layer_type not in ("full_attention", "sliding_attention"):
                 raise ValueError(
@@ -399,25 +414,24 @@ class _Cfg:
             }
         return dict(flat or {})
 
-    def model_theta(self, layer_type: str | None) -> Any:
-        """The base a layer type takes when its RoPE parameters have no ``rope_theta``."""
+    def theta(self, layer_type: str | None) -> Any:
+        """The base a layer type takes when its RoPE parameters have no ``rope_theta``: the
+        model-level key, else the ``transformers`` default."""
         fam = self.family
         if fam == "gemma3" and layer_type == "sliding_attention":
-            return self.get("rope_local_base_freq")
-        if fam == "modernbert":
-            return self.get("global_rope_theta" if layer_type == "full_attention" else "local_rope_theta")
-        theta = self.get("rope_theta")
-        if theta is None and fam == "gpt_neox":
-            theta = self.get("rotary_emb_base")
-        if theta is None and fam == "chatglm":
-            theta = 10000.0 * v.check_float(self.get("rope_ratio", 1.0), "rope_ratio", above=0.0)
-        return theta
-
-    def default_theta(self, layer_type: str | None) -> float:
-        d = DEFAULT_THETA.get(self.family or "", 10000.0)
-        if isinstance(d, dict):
-            return d.get(layer_type or "full_attention", 10000.0)
-        return d
+            theta = self.get("rope_local_base_freq")
+        elif fam == "modernbert":
+            theta = self.get("global_rope_theta" if layer_type == "full_attention" else "local_rope_theta")
+        else:
+            theta = self.get("rope_theta")
+            if theta is None and fam == "gpt_neox":
+                theta = self.get("rotary_emb_base")
+            if theta is None and fam == "chatglm":
+                theta = 10000.0 * v.check_float(self.get("rope_ratio", 1.0), "rope_ratio", above=0.0)
+        if theta is not None:
+            return theta
+        d = DEFAULT_THETA.get(fam or "", 10000.0)
+        return d.get(layer_type or "full_attention", 10000.0) if isinstance(d, dict) else d
 
 
 @dataclasses.dataclass(frozen=True)
@@ -457,6 +471,16 @@ def _kind(p: dict[str, Any], family: str | None) -> str:
     return kind
 
 
+def _param(cfg: _Cfg, p: dict[str, Any], key: str) -> Any:
+    """``p[key]``, else the config's model-level ``key`` (``None``: neither)."""
+    val = p.get(key)
+    return cfg.get(key) if val is None else val
+
+
+def _pass_layer_type(kinds: list[str]) -> ValueError:
+    return ValueError(f"config has per-layer RoPE parameters for {kinds}; pass layer_type= one of them")
+
+
 def _flat(
     cfg: _Cfg, layer_type: str | None, index: int | None, source: str | None = None
 ) -> dict[str, Any] | None:
@@ -468,14 +492,8 @@ def _flat(
     p = {k: val for k, val in raw.items() if k != "type"}
     p["rope_type"] = _kind(raw, fam)
     theta = p.get("rope_theta")
-    if theta is None:
-        theta = cfg.model_theta(layer_type)
-    if theta is None:
-        theta = cfg.default_theta(layer_type)
-    p["rope_theta"] = v.check_base(theta, "rope_theta")
-    prf = p.get("partial_rotary_factor")
-    if prf is None:
-        prf = cfg.get("partial_rotary_factor")
+    p["rope_theta"] = v.check_base(cfg.theta(layer_type) if theta is None else theta, "rope_theta")
+    prf = _param(cfg, p, "partial_rotary_factor")
     for key in ("rotary_pct", "rope_pct"):
         alt = cfg.get(key)
         if alt is not None:
@@ -491,7 +509,7 @@ def _flat(
         raise ValueError(f"partial_rotary_factor must be in (0, 1], got {prf}")
     p["partial_rotary_factor"] = prf
     p["head_dim"] = cfg.head_dim(layer_type, index)
-    max_pos = cfg.max_positions()
+    max_pos = cfg.count("max_position_embeddings")
     p["max_position_embeddings"] = max_pos
     if p["rope_type"] in _NEEDS_L0:
         # transformers gives a top-level original_max_position_embeddings priority (Phi-3's
@@ -535,7 +553,7 @@ def _spec(cfg: _Cfg, p: dict[str, Any], angles: AngleMethod) -> LayerSpec:
         )
     scaling: Scaling | None
     if fam == "gptj":
-        rd = cfg.get("rotary_dim", 64) if "rotary_dim" not in cfg.d else cfg.d["rotary_dim"]
+        rd = cfg.d.get("rotary_dim", 64)
         if rd is None:
             raise ValueError(
                 "GPT-J config has rotary_dim=null (a rotation of the whole hidden size), unsupported"
@@ -562,22 +580,14 @@ def _spec(cfg: _Cfg, p: dict[str, Any], angles: AngleMethod) -> LayerSpec:
                 "RoPE needs an even, positive number of rotated features"
             )
     if kind == "proportional":
-        extra = set(p) - {
-            "rope_type",
-            "rope_theta",
-            "partial_rotary_factor",
-            "factor",
-            "head_dim",
-            "max_position_embeddings",
-        }
+        extra = set(p) - {"rope_type", "head_dim", "max_position_embeddings", *_PROPORTIONAL_KEYS}
         if extra:
             raise ValueError(
                 f"rope_type 'proportional' does not take {', '.join(repr(k) for k in sorted(extra))}; its "
-                "parameters are ['factor', 'partial_rotary_factor', 'rope_theta']"
+                f"parameters are {list(_PROPORTIONAL_KEYS)}"
             )
-        factor = v.check_float(
-            p.get("factor", 1.0) if p.get("factor") is not None else 1.0, "proportional factor", above=0.0
-        )
+        factor = p.get("factor")
+        factor = v.check_float(1.0 if factor is None else factor, "proportional factor", above=0.0)
         scaling = None if factor == 1.0 else Linear(factor)
     else:
         scaling = from_dict(
@@ -600,12 +610,7 @@ def _spec(cfg: _Cfg, p: dict[str, Any], angles: AngleMethod) -> LayerSpec:
 
 def _mrope(cfg: _Cfg, p: dict[str, Any]) -> tuple[tuple[int, ...] | None, bool]:
     fam = cfg.family
-    sec = p.get("mrope_section")
-    if sec is None:
-        sec = cfg.get("mrope_section")
-    flag = p.get("mrope_interleaved")
-    if flag is None:
-        flag = cfg.get("mrope_interleaved")
+    sec, flag = _param(cfg, p, "mrope_section"), _param(cfg, p, "mrope_interleaved")
     if fam in _MROPE:
         default, interleaved = _MROPE[fam]
         if flag is not None and v.check_bool(flag, "mrope_interleaved") != interleaved:
@@ -649,19 +654,16 @@ def _layer_spec(
     return None if p is None else _spec(cfg, p, angles)
 
 
-def _attention(cfg: _Cfg, layer_types: tuple[str, ...] | None) -> dict[str, Any]:
+def _attention(cfg: _Cfg) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    types = cfg.layer_types
     for key in _ATTENTION_KEYS:
         val = cfg.d.get(key)
         if val is None or val is False:
             continue
         if key == "sliding_window" and "use_sliding_window" in cfg.d and not cfg.d["use_sliding_window"]:
             continue
-        if (
-            key in ("attention_chunk_size",)
-            and layer_types is not None
-            and "chunked_attention" not in layer_types
-        ):
+        if key == "attention_chunk_size" and types is not None and "chunked_attention" not in types:
             continue
         if key in ("floor_scale", "attn_scale") and not cfg.d.get("attn_temperature_tuning"):
             continue
@@ -681,10 +683,10 @@ def _attention(cfg: _Cfg, layer_types: tuple[str, ...] | None) -> dict[str, Any]
 def model_spec(config: Any, *, angles: AngleMethod = "exact") -> ModelSpec:
     """Every layer's RoPE of a config (see :func:`rotary.hf.model_rope`)."""
     cfg = _Cfg(config)
-    n = cfg.num_layers()
-    types = cfg.layer_types(n)
+    n = cfg.count("num_hidden_layers")
+    types = cfg.layer_types
     per_type = bool(cfg.nested_types())
-    uses = cfg.uses_rope(n) if n is not None else None
+    uses = cfg.uses_rope
     notes: list[str] = []
     layers: list[LayerSpec | None] = []
     cache: dict[Any, LayerSpec | None] = {}
@@ -694,17 +696,13 @@ def model_spec(config: Any, *, angles: AngleMethod = "exact") -> ModelSpec:
                 "config has per-layer-type RoPE parameters but no layer_types (or num_hidden_layers)"
             )
         for i in range(n):
-            lt = types[i] if types is not None else None
-            if uses is not None and not uses[i]:
+            if not cfg.has_rope(i):
                 layers.append(None)
                 continue
-            if cfg.family == "cohere2" and lt == "full_attention":
-                layers.append(None)  # Command R7B: global layers have no positional encoding
-                continue
-            override = cfg._layer_override(i)
-            key = (lt if per_type else None, tuple(sorted(override.items())) if override else ())
+            lt = types[i] if per_type and types else None
+            key = (lt, tuple(sorted(cfg._layer_override(i).items())))
             if key not in cache:
-                cache[key] = _layer_spec(cfg, lt if per_type else None, i, angles)
+                cache[key] = _layer_spec(cfg, lt, i, angles)
             layers.append(cache[key])
     rope_slice = None
     if cfg.family in _DEEPSEEK and cfg.has("qk_rope_head_dim"):
@@ -722,7 +720,7 @@ def model_spec(config: Any, *, angles: AngleMethod = "exact") -> ModelSpec:
         cfg.model_type,
         types,
         tuple(layers),
-        tuple(_attention(cfg, types).items()),
+        tuple(_attention(cfg).items()),
         rope_slice,
         tuple(notes),
     )
@@ -730,18 +728,14 @@ def model_spec(config: Any, *, angles: AngleMethod = "exact") -> ModelSpec:
 
 def _type_spec(cfg: _Cfg, layer_type: str | None, angles: AngleMethod) -> LayerSpec:
     """The RoPE of the layers of ``layer_type`` (``None``: the config's one RoPE)."""
-    n = cfg.num_layers()
-    types = cfg.layer_types(n)
+    types = cfg.layer_types
     nested = cfg.nested_types()
-    uses = cfg.uses_rope(n) if n is not None else None
+    uses = cfg.uses_rope
     if layer_type is None:
         if nested:
-            kinds = list(nested)
-            if cfg.family == "cohere2" or len(kinds) > 1:
-                raise ValueError(
-                    f"config has per-layer RoPE parameters for {kinds}; pass layer_type= one of them"
-                )
-            layer_type = kinds[0]
+            if cfg.family == "cohere2" or len(nested) > 1:
+                raise _pass_layer_type(list(nested))
+            layer_type = nested[0]
     else:
         known = set(types or ()) | set(nested)
         if not known:
@@ -750,13 +744,7 @@ def _type_spec(cfg: _Cfg, layer_type: str | None, angles: AngleMethod) -> LayerS
             raise ValueError(f"layer_type must be one of {sorted(known)}, got {layer_type!r}")
     index = None
     if types is not None:
-        candidates = [
-            i
-            for i, t in enumerate(types)
-            if (layer_type is None or t == layer_type)
-            and (uses is None or uses[i])
-            and not (cfg.family == "cohere2" and t == "full_attention")
-        ]
+        candidates = [i for i, t in enumerate(types) if layer_type in (None, t) and cfg.has_rope(i)]
         if not candidates:
             raise ValueError(f"no layer of type {layer_type!r} applies RoPE in this config")
         index = candidates[0]
@@ -775,10 +763,9 @@ def mrope_index_options(config: Any) -> dict[str, Any]:
     d = _as_dict(config)
     text = d.get("text_config")
     mt = d.get("model_type")
-    fam = _family(mt if isinstance(mt, str) else None)
+    fam = _family(mt)
     if fam not in _MROPE and text is not None:
-        tmt = _as_dict(text, "text_config").get("model_type")
-        fam = _family(tmt if isinstance(tmt, str) else None)
+        fam = _family(_as_dict(text, "text_config").get("model_type"))
     if fam not in _MROPE:
         raise ValueError(
             f"M-RoPE position ids follow Qwen-VL models {sorted(_MROPE)}; config has model_type {mt!r}"
@@ -822,13 +809,6 @@ def mrope_spec(config: Any, *, angles: AngleMethod = "exact") -> LayerSpec:
     return spec
 
 
-def layer_type_spec(
-    config: Any, *, angles: AngleMethod = "exact", layer_type: str | None = None
-) -> LayerSpec:
-    """The :class:`LayerSpec` of the layers of ``layer_type`` (see :func:`rotary.hf.from_hf`)."""
-    return _type_spec(_Cfg(config), layer_type, angles)
-
-
 def rope_config(config: Any, *, angles: AngleMethod = "exact", layer_type: str | None = None) -> RopeConfig:
     """The :class:`RopeConfig` of a ``transformers`` config (see :func:`rotary.hf.from_hf`)."""
     return _type_spec(_Cfg(config), layer_type, angles).config
@@ -854,10 +834,8 @@ def hf_rope_parameters(config: Any, layer_type: str | None = None) -> dict[str, 
     cfg = _Cfg(config)
     nested = cfg.nested_types()
     if layer_type is None and len(nested) > 1:
-        raise ValueError(
-            f"config has per-layer RoPE parameters for {list(nested)}; pass layer_type= one of them"
-        )
-    if layer_type is not None and not nested and not cfg.layer_types(cfg.num_layers()):
+        raise _pass_layer_type(list(nested))
+    if layer_type is not None and not nested and not cfg.layer_types:
         raise ValueError(f"layer_type={layer_type!r} given but the config has one set of RoPE parameters")
     lt = layer_type if nested else None
     if lt is None and nested:
@@ -866,45 +844,3 @@ def hf_rope_parameters(config: Any, layer_type: str | None = None) -> dict[str, 
     if p is None:
         raise ValueError(f"layers of type {layer_type!r} have no RoPE in this config")
     return p
-
-
-_KNOWN = frozenset(
-    {
-        "llama",
-        "llama4",
-        "mistral",
-        "mixtral",
-        "qwen2",
-        "qwen2_moe",
-        "qwen3",
-        "qwen3_moe",
-        "phi",
-        "phi3",
-        "phimoe",
-        "stablelm",
-        "gpt_neox",
-        "gptj",
-        "cohere",
-        "cohere2",
-        "glm",
-        "glm4",
-        "chatglm",
-        "deepseek_v2",
-        "deepseek_v3",
-        "gemma",
-        "gemma2",
-        "gemma3",
-        "gemma4",
-        "modernbert",
-        "smollm3",
-        "gpt_oss",
-        "falcon",
-        "olmo",
-        "olmo2",
-        "olmo3",
-        "granite",
-        "granitemoe",
-        "internlm2",
-        *_MROPE,
-    }
-)
