@@ -53,8 +53,7 @@ class RopeConfig:
             raise ValueError(
                 f"partial='proportional' does not support dynamic scalings, got {type(scaling).__name__}"
             )
-        freq_dim = head_dim if partial == "proportional" else rotary_dim
-        scaling.check_dim(freq_dim)
+        scaling.check_dim(head_dim if partial == "proportional" else rotary_dim)
         for name, value in (
             ("head_dim", head_dim),
             ("rotary_dim", rotary_dim),

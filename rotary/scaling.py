@@ -54,6 +54,7 @@ import numpy as np
 
 from ._lib import _validation as v
 from ._lib._typing import AngleMethod, Array, Device, DType, Namespace
+from ._math._freqs import float32_exponents
 from ._math._freqs import float32_inv_freq as default_float32_inv_freq
 from ._math._freqs import inv_freq as default_inv_freq
 
@@ -125,27 +126,16 @@ class Scaling:
         raise NotImplementedError(f"{type(self).__name__} is not a dynamic scaling")
 
 
-def _set(obj: Any, name: str, value: Any) -> None:
-    object.__setattr__(obj, name, value)
+def _check(obj: Any, cls: str, name: str, check: Callable[..., Any] = v.check_float, **kw: Any) -> None:
+    """Normalise the field ``obj.<name>`` with ``check(value, label, **kw)``; errors name it
+    ``"{cls} {name}"`` without a trailing ``_``."""
+    object.__setattr__(obj, name, check(getattr(obj, name), f"{cls} {name.rstrip('_')}", **kw))
 
 
-def _factor(obj: Any, cls: str) -> None:
-    """Check (and normalise) ``obj.factor``: a float ``>= 1`` (errors name it ``"{cls} factor"``)."""
-    _set(obj, "factor", v.check_float(obj.factor, f"{cls} factor", minimum=1.0))
-
-
-def _length(obj: Any, cls: str, name: str = "original_max_position_embeddings", minimum: int = 1) -> None:
-    """Check (and normalise) the context length ``obj.<name>``: an int ``>= minimum``."""
-    _set(obj, name, v.check_int(getattr(obj, name), f"{cls} {name}", minimum=minimum))
-
-
-def _optional(
-    obj: Any, cls: str, name: str, *, minimum: float | None = None, above: float | None = None
-) -> None:
-    """Check (and normalise) the float ``obj.<name>`` unless it is ``None``."""
-    value, label = getattr(obj, name), f"{cls} {name.rstrip('_')}"
-    if value is not None:
-        _set(obj, name, v.check_float(value, label, minimum=minimum, above=above))
+def _optional(obj: Any, cls: str, name: str, **kw: Any) -> None:
+    """:func:`_check` a float field that may be ``None``."""
+    if getattr(obj, name) is not None:
+        _check(obj, cls, name, **kw)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +160,7 @@ class Linear(Scaling):
     rope_type: ClassVar[str] = "linear"
 
     def __post_init__(self) -> None:
-        _factor(self, "Linear")
+        _check(self, "Linear", "factor", minimum=1.0)
 
     def inv_freq(self, dim: int, base: float) -> np.ndarray:
         return default_inv_freq(dim, base) / self.factor
@@ -211,7 +201,7 @@ class NTK(Scaling):
     rope_type: ClassVar[str] = "ntk"
 
     def __post_init__(self) -> None:
-        _factor(self, "NTK")
+        _check(self, "NTK", "factor", minimum=1.0)
 
     def check_dim(self, dim: int) -> None:
         _check_ntk_dim("NTK", dim)
@@ -242,10 +232,10 @@ class Factors(Scaling):
     rope_type: ClassVar[str] = "factors"
 
     def __post_init__(self) -> None:
-        _set(self, "factors", v.check_positive_floats(self.factors, "Factors factors"))
+        _check(self, "Factors", "factors", v.check_positive_floats)
 
-    def check_dim(self, dim: int, cls: str = "Factors", name: str = "factors") -> None:
-        _check_pairs(self.factors, dim, f"{cls} {name}")
+    def check_dim(self, dim: int) -> None:
+        _check_pairs(self.factors, dim, "Factors factors")
 
     def inv_freq(self, dim: int, base: float) -> np.ndarray:
         self.check_dim(dim)
@@ -255,8 +245,7 @@ class Factors(Scaling):
         # HF (longrope): 1 / (ext * base**(arange(0, d, 2) / d)), all in float32.
         self.check_dim(dim)
         ext = xp.asarray(self.factors, dtype=xp.float32, device=device)
-        exps = xp.astype(xp.arange(0, dim, 2, device=device), xp.float32) / dim
-        return 1.0 / (ext * float(base) ** exps)
+        return 1.0 / (ext * float(base) ** float32_exponents(dim, xp=xp, device=device))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,7 +276,8 @@ class Frequencies(Scaling):
         items = v.check_sequence(self.freqs, "Frequencies freqs", "finite numbers")
         if not items:
             raise ValueError("Frequencies freqs must hold at least one frequency")
-        _set(self, "freqs", tuple(v.check_float(f, f"Frequencies freqs[{i}]") for i, f in enumerate(items)))
+        freqs = tuple(v.check_float(f, f"Frequencies freqs[{i}]") for i, f in enumerate(items))
+        object.__setattr__(self, "freqs", freqs)
 
     def check_dim(self, dim: int) -> None:
         _check_pairs(self.freqs, dim, "Frequencies freqs")
@@ -343,12 +333,12 @@ class YaRN(Scaling):
     rope_type: ClassVar[str] = "yarn"
 
     def __post_init__(self) -> None:
-        _factor(self, "YaRN")
-        _length(self, "YaRN")
+        _check(self, "YaRN", "factor", minimum=1.0)
+        _check(self, "YaRN", "original_max_position_embeddings", v.check_int, minimum=1)
         for name, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):  # HF: ``beta_fast or 32``...
             if getattr(self, name) is None:
-                _set(self, name, default)
-            _optional(self, "YaRN", name, above=0.0)
+                object.__setattr__(self, name, default)
+            _check(self, "YaRN", name, above=0.0)
         if not self.beta_fast > self.beta_slow:
             raise ValueError(
                 f"YaRN beta_fast must be > beta_slow, got beta_fast={self.beta_fast}, "
@@ -357,7 +347,7 @@ class YaRN(Scaling):
         _optional(self, "YaRN", "attention_factor_", above=0.0)
         _optional(self, "YaRN", "mscale", minimum=0.0)
         _optional(self, "YaRN", "mscale_all_dim", minimum=0.0)
-        _set(self, "truncate", v.check_bool(self.truncate, "YaRN truncate"))
+        _check(self, "YaRN", "truncate", v.check_bool)
 
     @staticmethod
     def _mscale(scale: float, m: float = 1.0) -> float:
@@ -397,12 +387,11 @@ class YaRN(Scaling):
         return (w / self.factor) * (1.0 - extrapolation) + w * extrapolation
 
     def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Device = None) -> Array:
-        f32 = xp.float32
-        pos_freqs = float(base) ** (xp.astype(xp.arange(0, dim, 2, device=device), f32) / dim)
+        pos_freqs = float(base) ** float32_exponents(dim, xp=xp, device=device)
         extrap = 1.0 / pos_freqs
         interp = 1.0 / (self.factor * pos_freqs)
         lo, hi = self._bounds(dim, base)
-        ramp = xp.clip((xp.arange(dim // 2, dtype=f32, device=device) - lo) / (hi - lo), 0.0, 1.0)
+        ramp = xp.clip((xp.arange(dim // 2, dtype=xp.float32, device=device) - lo) / (hi - lo), 0.0, 1.0)
         ef = 1.0 - ramp
         return interp * (1.0 - ef) + extrap * ef
 
@@ -432,53 +421,50 @@ class Llama3(Scaling):
     rope_type: ClassVar[str] = "llama3"
 
     def __post_init__(self) -> None:
-        _factor(self, "Llama3")
-        _length(self, "Llama3")
-        lo = v.check_float(self.low_freq_factor, "Llama3 low_freq_factor", above=0.0)
-        hi = v.check_float(self.high_freq_factor, "Llama3 high_freq_factor", above=0.0)
+        _check(self, "Llama3", "factor", minimum=1.0)
+        _check(self, "Llama3", "original_max_position_embeddings", v.check_int, minimum=1)
+        _check(self, "Llama3", "low_freq_factor", above=0.0)
+        _check(self, "Llama3", "high_freq_factor", above=0.0)
+        lo, hi = self.low_freq_factor, self.high_freq_factor
         if not hi >= lo:
             raise ValueError(
                 f"Llama3 needs low_freq_factor <= high_freq_factor, got low_freq_factor={lo!r}, "
                 f"high_freq_factor={hi!r}"
             )
-        _set(self, "low_freq_factor", lo)
-        _set(self, "high_freq_factor", hi)
 
-    def _combine(self, inv: Any, where: Any, logical_not: Any, logical_and: Any) -> Any:
+    def _combine(self, inv: Array, xp: Namespace) -> Array:
         L0 = self.original_max_position_embeddings
         lff, hff, s = self.low_freq_factor, self.high_freq_factor, self.factor
         low_wl, high_wl = L0 / lff, L0 / hff
         wavelen = 2 * math.pi / inv
-        out = where(wavelen > low_wl, inv / s, inv)
+        out = xp.where(wavelen > low_wl, inv / s, inv)
         if hff == lff:  # no band between (HF's smooth factor would divide by zero, unused)
             return out
         smooth = (L0 / wavelen - lff) / (hff - lff)
         smoothed = (1 - smooth) * out / s + smooth * out
-        medium = logical_and(logical_not(wavelen < high_wl), logical_not(wavelen > low_wl))
-        return where(medium, smoothed, out)
+        medium = xp.logical_and(xp.logical_not(wavelen < high_wl), xp.logical_not(wavelen > low_wl))
+        return xp.where(medium, smoothed, out)
 
     def inv_freq(self, dim: int, base: float) -> np.ndarray:
-        return self._combine(default_inv_freq(dim, base), np.where, np.logical_not, np.logical_and)
+        return self._combine(default_inv_freq(dim, base), np)
 
     def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Device = None) -> Array:
-        inv = default_float32_inv_freq(dim, base, xp=xp, device=device)
-        return self._combine(inv, xp.where, xp.logical_not, xp.logical_and)
+        return self._combine(default_float32_inv_freq(dim, base, xp=xp, device=device), xp)
 
 
 # -- dynamic scalings ------------------------------------------------------------------------
 def _seq_len(pos: Array, xp: Namespace, per_sequence: bool) -> Array:
-    """``max(pos) + 1``: 0-d, or shape ``pos.shape[:-1] + (1,)`` per sequence."""
+    """``max(pos) + 1``: 0-d, or per sequence of shape ``pos.shape[:-1] + (1, 1)``, which
+    broadcasts against cos/sin ``pos.shape + (d/2,)``."""
     if per_sequence and pos.ndim >= 1:
-        return xp.max(pos, axis=-1, keepdims=True) + 1
+        return xp.max(pos, axis=-1, keepdims=True)[..., None] + 1
     return xp.max(pos) + 1
 
 
 def _select(
-    cond: Array, a: tuple[Array, Array], b: tuple[Array, Array], xp: Namespace, per_seq: bool
+    cond: Array, a: tuple[Array, Array], b: tuple[Array, Array], xp: Namespace
 ) -> tuple[Array, Array]:
-    """``where(cond, a, b)`` for (cos, sin) pairs; ``cond`` is 0-d or ``(..., 1)`` per sequence."""
-    if per_seq and cond.ndim >= 1:
-        cond = cond[..., None]
+    """``where(cond, a, b)`` for (cos, sin) pairs."""
     return xp.where(cond, a[0], b[0]), xp.where(cond, a[1], b[1])
 
 
@@ -526,9 +512,9 @@ class DynamicNTK(Scaling):
     dynamic: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        _factor(self, "DynamicNTK")
-        _length(self, "DynamicNTK", "max_position_embeddings")
-        _set(self, "per_sequence", v.check_bool(self.per_sequence, "DynamicNTK per_sequence"))
+        _check(self, "DynamicNTK", "factor", minimum=1.0)
+        _check(self, "DynamicNTK", "max_position_embeddings", v.check_int, minimum=1)
+        _check(self, "DynamicNTK", "per_sequence", v.check_bool)
 
     def check_dim(self, dim: int) -> None:
         _check_ntk_dim("DynamicNTK", dim)
@@ -562,22 +548,17 @@ class DynamicNTK(Scaling):
             # HF's tensor path, op for op: seq_len as float32, base in float32, then pow.
             n32 = xp.astype(xp.clip(n, min=L), xp.float32)
             b = base * ((f * n32 / L) - (f - 1)) ** (dim / (dim - 2))
-            if b.ndim:
-                b = b[..., None]
-            exps = xp.astype(xp.arange(0, dim, 2, device=device), xp.float32) / dim
-            inv = 1.0 / (b**exps)
+            inv = 1.0 / (b ** float32_exponents(dim, xp=xp, device=device))
             ang = xp.astype(pos, xp.float32)[..., None] * inv
         else:
             nf = xp.clip(xp.astype(n, wide), min=float(L))
             log_b = math.log(base) + (dim / (dim - 2)) * xp.log(f * nf / L - (f - 1))
-            if log_b.ndim:
-                log_b = log_b[..., None]
             exps = xp.arange(0, dim, 2, dtype=wide, device=device) / dim
             ang = xp.astype(pos, wide)[..., None] * xp.exp(-exps * log_b)
         grown = (xp.cos(ang), xp.sin(ang))
         if grown[0].dtype != dtype:
             grown = (xp.astype(grown[0], dtype), xp.astype(grown[1], dtype))
-        return _select(n > L, grown, short, xp, self.per_sequence)
+        return _select(n > L, grown, short, xp)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -619,16 +600,15 @@ class LongRoPE(Scaling):
     dynamic: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        short = v.check_positive_floats(self.short_factor, "LongRoPE short_factor")
-        long = v.check_positive_floats(self.long_factor, "LongRoPE long_factor")
+        _check(self, "LongRoPE", "short_factor", v.check_positive_floats)
+        _check(self, "LongRoPE", "long_factor", v.check_positive_floats)
+        short, long = self.short_factor, self.long_factor
         if len(short) != len(long):
             raise ValueError(
                 f"LongRoPE short_factor and long_factor must have the same length, got {len(short)} "
                 f"and {len(long)}"
             )
-        _set(self, "short_factor", short)
-        _set(self, "long_factor", long)
-        _length(self, "LongRoPE", minimum=2)
+        _check(self, "LongRoPE", "original_max_position_embeddings", v.check_int, minimum=2)
         if self.factor is None and self.attention_factor_ is None:
             raise ValueError(
                 "LongRoPE needs factor (max_position_embeddings / original_max_position_embeddings) "
@@ -636,7 +616,7 @@ class LongRoPE(Scaling):
             )
         _optional(self, "LongRoPE", "factor", above=0.0)
         _optional(self, "LongRoPE", "attention_factor_", above=0.0)
-        _set(self, "per_sequence", v.check_bool(self.per_sequence, "LongRoPE per_sequence"))
+        _check(self, "LongRoPE", "per_sequence", v.check_bool)
 
     def check_dim(self, dim: int) -> None:
         _check_pairs(self.short_factor, dim, "LongRoPE short_factor")
@@ -662,20 +642,10 @@ class LongRoPE(Scaling):
         return Factors(self.short_factor).float32_inv_freq(dim, base, xp=xp, device=device)
 
     def dynamic_cos_sin(
-        self,
-        pos: Array,
-        static: StaticCosSin,
-        *,
-        dim: int,
-        base: float,
-        angles: AngleMethod,
-        xp: Namespace,
-        device: Device,
-        dtype: DType,
-        wide: DType,
+        self, pos: Array, static: StaticCosSin, *, xp: Namespace, **_: Any
     ) -> tuple[Array, Array]:
         n = _seq_len(pos, xp, self.per_sequence)
-        return _select(n > self.original_max_position_embeddings, static(1), static(0), xp, self.per_sequence)
+        return _select(n > self.original_max_position_embeddings, static(1), static(0), xp)
 
 
 _REGISTRY: dict[str, type[Scaling]] = {}
@@ -756,21 +726,15 @@ beta_slow=1.0, mscale=None, mscale_all_dim=None, truncate=True)
         raise v.unknown_option("rope_type", kind, _REGISTRY)
     cls = _REGISTRY[kind]
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    kw: dict[str, Any] = {k: val for k, val in defaults.items() if k in fields and val is not None}
-    unknown = []
-    for k, val in d.items():
-        name = _RENAMES.get(k, k)
-        if name in fields:
-            if val is not None:
-                kw[name] = val
-        elif k not in _ROPE_KEYS:
-            unknown.append(k)
+    unknown = [k for k in d if _RENAMES.get(k, k) not in fields and k not in _ROPE_KEYS]
     if unknown:
         names = sorted(n.rstrip("_") for n in fields)
         raise ValueError(
             f"rope_type {kind!r} does not take {', '.join(repr(k) for k in sorted(unknown))}; "
             f"its parameters are {names}"
         )
+    given = [*defaults.items(), *((_RENAMES.get(k, k), val) for k, val in d.items())]
+    kw = {k: val for k, val in given if k in fields and val is not None}
     missing = [
         n
         for n, f in fields.items()

@@ -35,6 +35,7 @@ Max |cos error| against the float64 truth (d=128, base 1e4, all 64 frequencies,
 from __future__ import annotations
 
 import decimal
+import functools
 import math
 from collections.abc import Callable
 
@@ -174,7 +175,7 @@ def exact_cos_sin(
     nonneg: bool = False,
     checked: bool = False,
     wide_int: bool = True,
-    take: Callable[[Array, Array], Array] | None = None,  # pyright: ignore[reportRedeclaration]
+    take: Callable[[Array, Array], Array] | None = None,
 ) -> tuple[Array, Array]:
     """Exact-method cos and sin of ``pos[..., None] * w``, shape ``pos.shape + (len(w),)``.
 
@@ -192,10 +193,7 @@ def exact_cos_sin(
     ``xp.take(table, idx, axis=0)``).
     """
     if take is None:
-
-        def take(table: Array, idx: Array) -> Array:
-            return xp.take(table, idx, axis=0)
-
+        take = functools.partial(xp.take, axis=0)
     shape = tuple(pos.shape)
     flat = xp.reshape(pos, (-1,))
     frac = negative = top_negative = valid = None

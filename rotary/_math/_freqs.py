@@ -19,7 +19,7 @@ import numpy as np
 from .._lib._typing import Array, Device, Namespace
 from .._lib._validation import check_base, check_head_dim
 
-__all__ = ["float32_inv_freq", "inv_freq"]
+__all__ = ["float32_exponents", "float32_inv_freq", "inv_freq"]
 
 _CTX = decimal.Context(prec=40)
 
@@ -59,12 +59,15 @@ def inv_freq(dim: int, base: float = 10000.0) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
-def float32_inv_freq(dim: int, base: float, *, xp: Namespace, device: Device = None) -> Array:
-    """Hugging Face's float32 inverse frequencies, computed with ``xp`` as HF does on torch.
+def float32_exponents(dim: int, *, xp: Namespace, device: Device = None) -> Array:
+    """Hugging Face's float32 exponents ``torch.arange(0, dim, 2, dtype=torch.int64).float() / dim``.
 
-    HF: ``1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)``.  The
-    exponents are small integers, so the default integer dtype gives the same float32 values
+    The ``arange`` values are small, so the default integer dtype gives the same float32 values
     (and JAX without x64 has no int64).
     """
-    exps = xp.astype(xp.arange(0, dim, 2, device=device), xp.float32) / dim
-    return 1.0 / (float(base) ** exps)
+    return xp.astype(xp.arange(0, dim, 2, device=device), xp.float32) / dim
+
+
+def float32_inv_freq(dim: int, base: float, *, xp: Namespace, device: Device = None) -> Array:
+    """Hugging Face's float32 inverse frequencies ``1.0 / base**exponents``, computed with ``xp``."""
+    return 1.0 / (float(base) ** float32_exponents(dim, xp=xp, device=device))

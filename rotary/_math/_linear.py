@@ -45,8 +45,7 @@ def _relu(x: Array, xp: Namespace) -> Array:
 
 
 def _softplus(x: Array, xp: Namespace) -> Array:
-    zero = xp.zeros_like(x)
-    return xp.maximum(x, zero) + xp.log1p(xp.exp(-xp.abs(x)))
+    return _relu(x, xp) + xp.log1p(xp.exp(-xp.abs(x)))
 
 
 def _identity(x: Array, xp: Namespace) -> Array:
