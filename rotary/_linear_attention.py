@@ -1,51 +1,27 @@
-"""RoFormer linear attention with RoPE (paper eq. 19), on every array-API backend.
+"""RoFormer linear attention with RoPE (paper eq. 19), its state, and their algebra.
 
-Public API
-----------
-``linear_attention(q, k, v, pos=None, *, rope=None, causal=False, ...) -> out`` (or ``(out, state)``)
-    ``q, k``: ``(..., seq, d)``, ``v``: ``(..., seq, d_v)``; ``pos`` broadcasts to
-    ``q.shape[:-1]`` (``None``: plain, unrotated linear attention).  With
-    ``similarity="dot"`` (default)::
+With ``similarity="dot"``::
 
-        out_i = sum_j [R_i phi(q_i)]^T [R_j phi(k_j)] v_j / max(sum_j phi(q_i)^T phi(k_j), eps)
+    out_i = sum_j [R_i phi(q_i)]^T [R_j phi(k_j)] v_j / max(sum_j phi(q_i)^T phi(k_j), eps)
 
-    RoPE rotates the *features* in the numerator only; the denominator stays unrotated (and
-    positive).  With ``similarity="cosine"`` the similarity is ``1 + (R_i q^)^T (R_j k^)``
-    (unit vectors, zero vectors map to 0) in numerator and denominator.  ``causal=True``
-    restricts to ``j <= i``.
+RoPE rotates the features in the numerator only; the denominator stays unrotated (and
+positive).  With ``similarity="cosine"`` the similarity is ``1 + (R_i q^)^T (R_j k^)`` (unit
+vectors, zero vectors map to 0) in numerator and denominator.
 
-``linear_attention_state(k, v, pos=None, ...) -> LinearAttentionState``
-    The summary of a block of keys/values, without computing outputs.
+The state ``(S, z, offset)``: ``S = sum_j b_j v_j^T`` over the numerator key features ``b_j``
+(rotated ``phi(k_j)``), ``z = sum_j e_j`` over the denominator ones (unrotated); their width
+``F`` is ``d``, or ``d + 1`` for ``"cosine"`` (a constant feature carries the ``1 +``); float32,
+or float64 for float64 inputs.  States of disjoint key sets add (the zero state is the
+identity), so per-chunk states, their exclusive prefix sums and ``causal=True, state=prefix``
+per chunk give the rows of one call on the whole sequence.  A given state always means "keys
+before these ones, all visible".
 
-``LinearAttentionState(S, z, offset)``
-    ``S``: ``(..., F, d_v)`` = ``sum_j b_j v_j^T`` (``b_j`` the numerator key features:
-    rotated ``phi(k_j)``); ``z``: ``(..., F)`` = ``sum_j e_j`` (``e_j`` the denominator key
-    features: unrotated ``phi(k_j)``); ``F = d`` for feature maps that keep the width,
-    ``d + 1`` for ``similarity="cosine"`` (a constant feature carries the ``1 +``).  Both in
-    float32, or float64 for float64 inputs.  ``offset``: the number of key positions absorbed
-    (an int or 0-d integer array), i.e. the next position when positions run 0, 1, 2, ...
-
-    **Algebra.** The state of a union of *disjoint* key sets is the sum of their states:
-    ``state(A | B) == state(A) + state(B)`` (``S``, ``z`` and ``offset`` add;
-    ``LinearAttentionState.__add__`` and :func:`combine` do this).  The zero state
-    (``zeros_like``) is the identity.  So a sequence split into chunks ``c_0, c_1, ...`` can
-    be processed as: per-chunk states ``s_i = linear_attention_state(k_i, v_i, pos_i)``, an
-    exclusive prefix sum ``p_i = s_0 + ... + s_{i-1}``, then ``linear_attention(q_i, k_i,
-    v_i, pos_i, causal=True, state=p_i)`` per chunk, which equals the corresponding rows of
-    one call on the whole sequence.  A given ``state`` always means "keys before these ones,
-    all visible": with ``causal=False`` query ``i`` sees the state's keys and all new keys;
-    with ``causal=True`` the state's keys and the new keys ``j <= i``.
-
-Algorithms
-----------
-Non-causal: the key-value summary, ``O(N d d_v)``.  Causal: chunks of ``C`` tokens
-(``chunk_size``, default 128), masked quadratic form inside a chunk and the exclusive
-prefix sum of the chunk states before it: ``O(N C d + N d d_v)`` time.  The prefix sum is
-the backend's (:mod:`rotary._backends`): a Python loop writing into one output on NumPy,
-torch, CuPy and array-api-strict (working memory of one chunk), ``lax.scan`` on JAX (one
-jitted computation), a cumulative sum over all chunks at once under ``torch.compile`` (one
-graph for every sequence length), a scan over blocks on Dask.  Running sums are kept in
-float32 or better even for float16/bfloat16 inputs; the output has the input dtype.
+Non-causal: the key-value summary, ``O(N d d_v)``.  Causal: chunks of ``C = chunk_size``
+tokens, a masked quadratic form inside a chunk plus the prefix state before it, ``O(N C d + N d
+d_v)``.  The prefix sum is the backend's ``causal_scan``: a loop writing into one output
+(NumPy, torch, CuPy, array-api-strict: one chunk of working memory), ``lax.scan`` (JAX), one
+cumulative sum over all chunks (``torch.compile``: one graph for every length), a scan over
+blocks (Dask).  Running sums in float32 or better; the output in the input dtype.
 """
 
 from __future__ import annotations
@@ -117,8 +93,7 @@ def _check_compatible(a: LinearAttentionState, b: LinearAttentionState) -> None:
         if tuple(x.shape) != tuple(y.shape):
             raise ValueError(
                 f"cannot combine states of different shapes: state.{name} {tuple(x.shape)} and "
-                f"{tuple(y.shape)} "
-                "(different heads, feature map, similarity or value width)"
+                f"{tuple(y.shape)} (different heads, feature map, similarity or value width)"
             )
 
 
@@ -137,10 +112,7 @@ def combine(*states: LinearAttentionState) -> LinearAttentionState:
     for i, s in enumerate(states):
         if not isinstance(s, LinearAttentionState):
             raise TypeError(f"states[{i}] must be a LinearAttentionState, got {type(s).__name__}")
-    out = states[0]
-    for s in states[1:]:
-        out = out + s
-    return out
+    return sum(states[1:], states[0])
 
 
 # -- arguments ---------------------------------------------------------------------------------
@@ -225,14 +197,6 @@ def _state_arrays(
     return S, z, offset
 
 
-class _Prepared(NamedTuple):
-    chunk: _linear.Chunk
-    plan: _linear.Plan
-    be: Backend
-    dev: Device
-    kv_lead: tuple[Any, ...]
-
-
 def _prepare(
     q: Array | None,
     k: Array,
@@ -246,7 +210,7 @@ def _prepare(
     key_mask: Any,
     sdt: DType,
     xp: Namespace,
-) -> _Prepared:
+) -> tuple[_linear.Chunk, _linear.Plan]:
     """Features (rotated where asked), masked keys/values, in the compute dtype."""
     be = backend_for(xp)
     similarity = chk.check_choice(similarity, "similarity", _SIMILARITIES)
@@ -255,7 +219,6 @@ def _prepare(
     if sdt is not None and chk.dtype_name(sdt) == "float64" and hasattr(xp, "float64"):
         cdt = xp.float64
     plan = _linear.Plan(phi, similarity == "cosine", float(eps), cdt)
-    dev = be.creation_device(k)
     fk = _linear.features(k, plan, xp)
     fq = None if q is None else _linear.features(q, plan, xp)
     width = fk.shape[-1]
@@ -275,12 +238,10 @@ def _prepare(
         a, b = None, r.rotate(fk, pos)
     else:
         a, b = r.apply(fq, fk, pos, k_pos=k_pos)
-    if plan.cosine:
+    if plan.cosine:  # rotations keep norms: the denominator takes the rotated features too
+        a = None if a is None else _linear.with_one(a, xp)
         b = _linear.with_one(b, xp)
-        e = b
-        if a is not None:
-            a = _linear.with_one(a, xp)
-        c = a
+        c, e = a, b
     else:
         c, e = fq, fk
     vc = v_ if v_.dtype == cdt else xp.astype(v_, cdt)
@@ -290,8 +251,7 @@ def _prepare(
         b = xp.where(m, b, xp.zeros_like(b))
         e = b if plan.cosine else xp.where(m, e, xp.zeros_like(e))
         vc = xp.where(m, vc, xp.zeros_like(vc))
-    kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v_.shape[:-2]), names="k and v")
-    return _Prepared(_linear.Chunk(a, c, b, e, vc), plan, be, dev, kv_lead)
+    return _linear.Chunk(a, c, b, e, vc), plan
 
 
 def _check_nonnegative(be: Backend, arrays: list[tuple[str, Array | None]]) -> None:
@@ -309,9 +269,8 @@ def _check_nonnegative(be: Backend, arrays: list[tuple[str, Array | None]]) -> N
             )
 
 
-def _common(
-    q: Any, k: Any, v_: Any, *, causal: Any, eps: Any, chunk_size: Any
-) -> tuple[Namespace, bool, float, int | None]:
+def _namespace(q: Any, k: Any, v_: Any) -> Namespace:
+    """The namespace of ``q`` (``None`` for a state), ``k`` and ``v_``, checked as arrays."""
     arrays = [("k", k, "(..., seq, d)"), ("v", v_, "(..., seq, d_v)")]
     if q is not None:
         arrays.insert(0, ("q", q, "(..., seq, d)"))
@@ -322,16 +281,7 @@ def _common(
     be = backend_for(xp)
     be.check_dense([(n, x) for n, x, _ in arrays])
     be.check_devices([(n, x) for n, x, _ in arrays])
-    causal = chk.check_bool(causal, "causal")
-    if causal and q is not None and q.shape[-2] != k.shape[-2]:
-        raise ValueError(
-            f"causal=True needs as many queries as keys (axis -2), got q.shape={tuple(q.shape)} "
-            f"and k.shape={tuple(k.shape)}; pass earlier keys through state="
-        )
-    eps = chk.check_float(eps, "eps", above=0.0)
-    if chunk_size is not None:
-        chunk_size = chk.check_int(chunk_size, "chunk_size", minimum=1)
-    return xp, causal, eps, chunk_size
+    return xp
 
 
 # -- entry points ------------------------------------------------------------------------------
@@ -359,10 +309,11 @@ def linear_attention_state(
     >>> st.S.shape, st.z.shape, st.offset
     ((2, 8, 3), (2, 8), 5)
     """
-    xp, _, _, _ = _common(None, k, v, causal=False, eps=1.0, chunk_size=None)
-    pr = _prepare(None, k, v, pos, None, rope, feature_map, similarity, 1.0, key_mask, None, xp)
-    st = _linear.chunk_state(pr.chunk, xp)
-    return _state(st.S, st.z, k.shape[-2], pr.kv_lead, xp)
+    xp = _namespace(None, k, v)
+    chunk, _ = _prepare(None, k, v, pos, None, rope, feature_map, similarity, 1.0, key_mask, None, xp)
+    kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
+    st = _linear.chunk_state(chunk, xp)
+    return _state(st.S, st.z, k.shape[-2], kv_lead, xp)
 
 
 def _state(S: Array, z: Array, offset: Any, kv_lead: tuple[Any, ...], xp: Namespace) -> LinearAttentionState:
@@ -543,29 +494,35 @@ def linear_attention(
     >>> bool(np.allclose(np.concatenate(outs, axis=-2), out, atol=1e-5)), st.offset
     (True, 16)
     """
-    xp, causal, eps, chunk_size = _common(q, k, v, causal=causal, eps=eps, chunk_size=chunk_size)
+    xp = _namespace(q, k, v)
+    causal = chk.check_bool(causal, "causal")
+    if causal and q.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            f"causal=True needs as many queries as keys (axis -2), got q.shape={tuple(q.shape)} "
+            f"and k.shape={tuple(k.shape)}; pass earlier keys through state="
+        )
+    eps = chk.check_float(eps, "eps", above=0.0)
+    if chunk_size is not None:
+        chunk_size = chk.check_int(chunk_size, "chunk_size", minimum=1)
     return_state = chk.check_bool(return_state, "return_state")
     kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
     chk.broadcast_shapes(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
-    sdt = None
-    if state is not None and isinstance(state, tuple) and len(state) == 3 and is_array(state[0]):
-        sdt = state[0].dtype
-    pr = _prepare(q, k, v, pos, k_pos, rope, feature_map, similarity, eps, key_mask, sdt, xp)
-    xp_, plan = pr.be.xp, pr.plan
-    F, dv = pr.chunk.b.shape[-1], v.shape[-1]
+    sdt = state[0].dtype if isinstance(state, tuple) and len(state) == 3 and is_array(state[0]) else None
+    chunk, plan = _prepare(q, k, v, pos, k_pos, rope, feature_map, similarity, eps, key_mask, sdt, xp)
+    be = backend_for(xp)
+    F = chunk.b.shape[-1]
     if state is not None:
-        S0, z0, off0 = _state_arrays(state, xp, (*kv_lead, F, dv), (*kv_lead, F))
+        S0, z0, off0 = _state_arrays(state, xp, (*kv_lead, F, v.shape[-1]), (*kv_lead, F))
         if S0.dtype != plan.cdt:
-            S0, z0 = xp_.astype(S0, plan.cdt), xp_.astype(z0, plan.cdt)
+            S0, z0 = be.xp.astype(S0, plan.cdt), be.xp.astype(z0, plan.cdt)
     else:
         S0 = z0 = None
         off0 = 0
-    n = q.shape[-2]
     size = 128 if chunk_size is None else chunk_size
-    if not pr.be.tracing():  # n may be symbolic under a trace (dynamic shapes, jax.export)
-        size = max(1, min(n, size))
-    core = pr.be.jit(_core, (0, 1, 2, 3, 4, 5))
-    out, S, z = core(plan, causal, size, pr.be, pr.dev, q.dtype, pr.chunk, S0, z0)
+    if not be.tracing():  # the length may be symbolic under a trace (dynamic shapes, jax.export)
+        size = max(1, min(q.shape[-2], size))
+    core = be.jit(_core, (0, 1, 2, 3, 4, 5))
+    out, S, z = core(plan, causal, size, be, be.creation_device(k), q.dtype, chunk, S0, z0)
     if not return_state:
         return out
-    return out, _state(S, z, off0 + k.shape[-2], kv_lead, xp_)
+    return out, _state(S, z, off0 + k.shape[-2], kv_lead, be.xp)

@@ -165,8 +165,7 @@ def exclusive_state_scan(state: LinearAttentionState, axis_name: str) -> LinearA
     off = jax.numpy.asarray(off, dtype=jax.numpy.int32)
     if n == 1:
         return LinearAttentionState(S * 0, z * 0, off * 0)
-    parts = (S, z, off)
-    parts = jax.lax.ppermute(parts, axis_name, [(i, i + 1) for i in range(n - 1)])  # shard 0 gets zeros
+    parts = jax.lax.ppermute((S, z, off), axis_name, [(i, i + 1) for i in range(n - 1)])  # shard 0 gets 0
     d = 1
     while d < n:
         recv = jax.lax.ppermute(parts, axis_name, [(i, i + d) for i in range(n - d)])
@@ -291,10 +290,9 @@ def sequence_parallel_linear_attention(
             prefix = exclusive_state_scan(st, axis_name)
             return linear_attention(qb, kb, vb, p, causal=True, state=prefix, **kwargs)
         total = LinearAttentionState(jax.lax.psum(st.S, axis_name), jax.lax.psum(st.z, axis_name), 0)
-        k0 = jnp.zeros((*kb.shape[:-2], 0, kb.shape[-1]), dtype=kb.dtype)
-        v0 = jnp.zeros((*vb.shape[:-2], 0, vb.shape[-1]), dtype=vb.dtype)
         kp0 = None if p is None else jnp.zeros((0,), dtype=jnp.int32)
-        return linear_attention(qb, k0, v0, p, k_pos=kp0, state=total, **kwargs)
+        # no keys of its own: every shard attends to the total through state=
+        return linear_attention(qb, kb[..., :0, :], vb[..., :0, :], p, k_pos=kp0, state=total, **kwargs)
 
     fn: Callable = jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec, pspec), out_specs=spec)
     return fn(*(_place(a, mesh, s) for a, s in ((q, spec), (k, spec), (v, spec), (pos, pspec))))
