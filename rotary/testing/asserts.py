@@ -90,10 +90,9 @@ def assert_close(
             raise AssertionError(f"result is on device {da}, expected {dl}")
         if dtype is None:
             dtype = like.dtype
-    if dtype is not None:
-        if not is_array(actual) or dtype_name(actual.dtype) != dtype_name(dtype):
-            got = dtype_name(actual.dtype) if is_array(actual) else type(actual).__name__
-            raise AssertionError(f"result has dtype {got}, expected {dtype_name(dtype)}")
+    if dtype is not None and (not is_array(actual) or dtype_name(actual.dtype) != dtype_name(dtype)):
+        got = dtype_name(actual.dtype) if is_array(actual) else type(actual).__name__
+        raise AssertionError(f"result has dtype {got}, expected {dtype_name(dtype)}")
     a = np.asarray(to_numpy(actual), dtype=np.float64)
     e = np.asarray(to_numpy(desired), dtype=np.float64)
     if a.shape != e.shape:

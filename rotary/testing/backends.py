@@ -11,6 +11,7 @@ environment variable ``ROTARY_BACKENDS`` (comma separated names).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import os
@@ -71,14 +72,7 @@ class Backend:
     def float_dtypes(self) -> list[str]:
         """Floating dtype names this backend supports."""
         return [
-            n
-            for n, ok in (
-                ("float32", True),
-                ("float64", self.float64),
-                ("float16", self.float16),
-                ("bfloat16", self.bfloat16),
-            )
-            if ok
+            n for n in ("float32", "float64", "float16", "bfloat16") if n == "float32" or getattr(self, n)
         ]
 
     def int_dtype(self) -> str:
@@ -116,38 +110,20 @@ class Backend:
         return _to_numpy(x)
 
 
-def _compat(name: str) -> Callable[[], Any]:
-    def make() -> Any:
-        return importlib.import_module(f"array_api_compat.{name}")
-
-    return make
-
-
 def _module(name: str) -> Callable[[], Any]:
-    def make() -> Any:
-        return importlib.import_module(name)
-
-    return make
+    return functools.partial(importlib.import_module, name)
 
 
-def _strict_device(name: str) -> Callable[[], Any]:
-    def dev() -> Any:
-        import array_api_strict
-
-        return array_api_strict.Device(name)
-
-    return dev
-
-
-def _torch_cuda() -> Any:
-    import torch
-
-    return torch.device("cuda")
+def _compat(name: str) -> Callable[[], Any]:
+    return _module(f"array_api_compat.{name}")
 
 
 def _strict(name: str, device: str | None = None, *, float64: bool = True, int64: bool = True) -> Backend:
     """An array-api-strict backend (on one of its fake devices)."""
-    dev: Callable[[], Any] = _strict_device(device) if device else (lambda: None)
+
+    def dev() -> Any:
+        return importlib.import_module("array_api_strict").Device(device) if device else None
+
     mod = _module("array_api_strict")
     return Backend(name, "array_api_strict", mod, dev, float16=False, float64=float64, int64=int64)
 
@@ -164,7 +140,7 @@ ALL_BACKENDS: tuple[Backend, ...] = (
         "torch_cuda",
         "torch",
         _compat("torch"),
-        _torch_cuda,
+        lambda: importlib.import_module("torch").device("cuda"),
         bfloat16=True,
         host_values=False,
         tracer="torch.compile",
@@ -178,9 +154,8 @@ ALL_BACKENDS: tuple[Backend, ...] = (
 
 
 def _installed(b: Backend) -> bool:
-    mod = {"dask": "dask.array"}.get(b.module, b.module)
     try:
-        if importlib.util.find_spec(mod.split(".")[0]) is None:
+        if importlib.util.find_spec(b.module) is None:
             return False
     except (ImportError, ValueError):
         return False
@@ -203,28 +178,26 @@ def _installed(b: Backend) -> bool:
     return True
 
 
-def _jax_x64() -> bool:
-    import jax
-
-    return bool(jax.config.jax_enable_x64)  # pyright: ignore[reportAttributeAccessIssue]
-
-
-def available(names: str | None = None) -> list[Backend]:
-    """Installed backends, optionally filtered by ``names`` or ``$ROTARY_BACKENDS``."""
+def _selected(names: str | None) -> list[Backend]:
+    """The backends named in ``names`` (comma separated; default ``$ROTARY_BACKENDS``, then all)."""
     names = names if names is not None else os.environ.get("ROTARY_BACKENDS")
     wanted = None if not names else {n.strip() for n in names.split(",") if n.strip()}
     if wanted is not None:
         unknown = wanted - {b.name for b in ALL_BACKENDS}
         if unknown:
             raise ValueError(f"unknown backends {sorted(unknown)}; known: {[b.name for b in ALL_BACKENDS]}")
+    return [b for b in ALL_BACKENDS if wanted is None or b.name in wanted]
+
+
+def available(names: str | None = None) -> list[Backend]:
+    """Installed backends, optionally filtered by ``names`` or ``$ROTARY_BACKENDS``."""
     out = []
-    for b in ALL_BACKENDS:
-        if wanted is not None and b.name not in wanted:
-            continue
+    for b in _selected(names):
         if not _installed(b):
             continue
         if b.module == "jax":
-            b = dataclasses.replace(b, float64=_jax_x64(), int64=_jax_x64())
+            x64 = bool(importlib.import_module("jax").config.jax_enable_x64)
+            b = dataclasses.replace(b, float64=x64, int64=x64)
         out.append(b)
     return out
 
@@ -243,12 +216,8 @@ def backend_params() -> list[Any]:
     import pytest  # test-only helper
 
     avail = {b.name: b for b in available()}
-    selected = os.environ.get("ROTARY_BACKENDS")
-    wanted = None if not selected else {n.strip() for n in selected.split(",")}
     out = []
-    for b in ALL_BACKENDS:
-        if wanted is not None and b.name not in wanted:
-            continue
+    for b in _selected(None):
         if b.name in avail:
             out.append(pytest.param(avail[b.name], id=b.name))
         else:

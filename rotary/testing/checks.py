@@ -160,36 +160,26 @@ class RopeReport:
         return "\n".join(lines)
 
 
+@dataclasses.dataclass
 class _Ctx:
     """Inputs and conversions for one ``check_rope`` run."""
 
-    def __init__(
-        self,
-        rotate_fn: Callable[[Any, Any], Any],
-        *,
-        xp: Any,
-        device: Any,
-        dtype: Any,
-        pos_dtype: Any,
-        head_dim: int,
-        layout: str,
-        base: float,
-        ulps: float,
-        angle_eps: float,
-    ) -> None:
-        self.fn = rotate_fn
-        self.xp = xp
-        self.device = device
-        self.dtype = dtype
-        self.dname = _dtype_name(dtype)
-        self.pos_dtype = pos_dtype
-        self.d = head_dim
-        self.layout = layout
-        self.base = base
+    fn: Callable[[Any, Any], Any]
+    xp: Any
+    device: Any
+    dtype: Any
+    pos_dtype: Any
+    d: int
+    layout: str
+    base: float
+    ulps: float
+    angle_eps: float
+
+    def __post_init__(self) -> None:
+        self.dname = _dtype_name(self.dtype)
         self.eps = eps(self.dname)
-        self.base_tol = ulps * self.eps
-        self.angle_eps = angle_eps
-        self.th = reference.theta(head_dim, base)
+        self.base_tol = self.ulps * self.eps
+        self.th = reference.theta(self.d, self.base)
 
     def arr(self, host: np.ndarray, host_dtype: Any = np.float64, dtype: Any = None) -> Any:
         kw = {} if self.device is None else {"device": self.device}
@@ -202,9 +192,9 @@ class _Ctx:
     def host(self, a: Any) -> np.ndarray:
         return np.asarray(to_numpy(a), dtype=np.float64)
 
-    def data(self, seed: int, shape: tuple[int, ...]) -> tuple[Any, np.ndarray]:
-        """Normal(0, 1) data in the checked dtype, and its exact float64 value."""
-        x = self.arr(np.random.default_rng(seed).normal(size=shape))
+    def data(self, seed: int) -> tuple[Any, np.ndarray]:
+        """Normal(0, 1) data of the checked shape and dtype, and its exact float64 value."""
+        x = self.arr(np.random.default_rng(seed).normal(size=(1, 2, _SEQ, self.d)))
         return x, self.host(x)
 
     def rot(self, x: Any, pos_host: Any) -> np.ndarray:
@@ -225,15 +215,15 @@ class _Fail(Exception):
     pass
 
 
-def _measure(name: str, ctx: _Ctx, err: Any, tol: Any, message: str = "") -> PropertyResult:
+def _measure(name: str, ctx: _Ctx, err: Any, tol: Any) -> PropertyResult:
     err = np.asarray(err, dtype=np.float64)
     tol = np.broadcast_to(np.asarray(tol, dtype=np.float64), err.shape)
     err = np.where(np.isfinite(err), err, np.inf)
-    ratio = err / tol
-    k = int(np.argmax(ratio)) if err.size else 0
-    e, t = (float(err.reshape(-1)[k]), float(tol.reshape(-1)[k])) if err.size else (0.0, ctx.base_tol)
+    k = int(np.argmax(err / tol))  # the worst element (every property measures a non-empty array)
+    e, t = float(err.flat[k]), float(tol.flat[k])
     passed = bool(np.all(err <= tol))
-    if not passed and not message:
+    message = ""
+    if not passed:
         message = f"error {e:.3g} exceeds tolerance {t:.3g} ({e / t:.3g}x)"
         if not math.isfinite(e):
             message = "non-finite output (NaN or inf)"
@@ -248,11 +238,6 @@ def _rel(out: np.ndarray, ref: np.ndarray, scale: float) -> np.ndarray:
 #: backends that compile per shape (JAX) compile once.
 _SEQ = 16
 
-
-def _shape(ctx: _Ctx) -> tuple[int, int, int, int]:
-    return (1, 2, _SEQ, ctx.d)
-
-
 _MATRIX_POS = np.array([0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987])
 # odd positions from 2**10 to 2**20 - 1, and 2**20 itself: within the documented range
 _LONG_POS = np.unique(np.minimum(np.round(np.geomspace(2**10, 2**20, 15)).astype(np.int64) | 1, 2**20 - 1))
@@ -264,22 +249,22 @@ def _scale(xh: np.ndarray) -> float:
 
 
 def _against_truth(
-    ctx: _Ctx, name: str, seed: int, pos: np.ndarray
-) -> tuple[PropertyResult, np.ndarray, np.ndarray, float]:
-    """Rotated data at ``pos`` against the float64 oracle; the result, the data, the output, the scale."""
-    x, xh = ctx.data(seed, _shape(ctx))
+    ctx: _Ctx, name: str, seed: int, pos: np.ndarray, diagnose: bool = False
+) -> PropertyResult:
+    """Rotated data at ``pos`` against the float64 oracle."""
+    x, xh = ctx.data(seed)
     out = ctx.rot(x, pos)
     scale = _scale(xh)
     ref = reference.rotate(xh, pos, layout=ctx.layout, th=ctx.th)
     tol = ctx.base_tol + ctx.allowance(pos)[None, None, :, None]
-    return _measure(name, ctx, _rel(out, ref, scale), tol), xh, out, scale
+    res = _measure(name, ctx, _rel(out, ref, scale), tol)
+    if diagnose and not res.passed:
+        res.message += _diagnose(ctx, xh, out, scale)
+    return res
 
 
 def _p_matrix_form(ctx: _Ctx) -> PropertyResult:
-    res, xh, out, scale = _against_truth(ctx, "matrix_form", 1, _MATRIX_POS)
-    if not res.passed:
-        res.message += _diagnose(ctx, xh, out, scale)
-    return res
+    return _against_truth(ctx, "matrix_form", 1, _MATRIX_POS, diagnose=True)
 
 
 def _diagnose(ctx: _Ctx, xh: np.ndarray, out: np.ndarray, scale: float) -> str:
@@ -293,25 +278,21 @@ def _diagnose(ctx: _Ctx, xh: np.ndarray, out: np.ndarray, scale: float) -> str:
     ):
         if np.max(_rel(out, reference.rotate(xh, pos, layout=lay, th=ctx.th), scale)) <= close:
             return f"; {label}"
-    # Estimate the base from the angle of pair 1 at position 1.
-    pairs = reference.pair_indices(ctx.d, ctx.layout)
-    if len(pairs) > 1:
-        a, b = pairs[1]
-        xa, xb = xh[0, :, 1, a], xh[0, :, 1, b]
-        oa, ob = out[0, :, 1, a], out[0, :, 1, b]
-        ang = np.arctan2(xa * ob - xb * oa, xa * oa + xb * ob)
-        t1 = float(np.median(ang))
-        if 0 < t1 < 1:
-            est = t1 ** (-ctx.d / 2)
-            return (
-                f"; the angle of pair 1 at position 1 is {t1:.6g} (expected {ctx.th[1]:.6g}), "
-                f"i.e. base ~ {est:.4g}"
-            )
-    return ""
+    # Estimate the base from the angle of pair 1 (head_dim >= 4) at position 1.
+    a, b = reference.pair_indices(ctx.d, ctx.layout)[1]
+    xa, xb = xh[0, :, 1, a], xh[0, :, 1, b]
+    oa, ob = out[0, :, 1, a], out[0, :, 1, b]
+    t1 = float(np.median(np.arctan2(xa * ob - xb * oa, xa * oa + xb * ob)))
+    if not 0 < t1 < 1:
+        return ""
+    return (
+        f"; the angle of pair 1 at position 1 is {t1:.6g} (expected {ctx.th[1]:.6g}), "
+        f"i.e. base ~ {t1 ** (-ctx.d / 2):.4g}"
+    )
 
 
 def _p_long_positions(ctx: _Ctx) -> PropertyResult:
-    return _against_truth(ctx, "long_positions", 2, _LONG_POS)[0]
+    return _against_truth(ctx, "long_positions", 2, _LONG_POS)
 
 
 _M = np.array([0, 3, 17, 100, 1000, 4000, 7, 2500, 0, 42, 999, 4096, 1, 333, 3000, 64])
@@ -338,20 +319,16 @@ _SHIFTS = (1, 999, 2**16 + 7)
 
 def _p_shift_invariance(ctx: _Ctx) -> PropertyResult:
     p0 = np.arange(_SEQ)
-    q, qh = ctx.data(4, _shape(ctx))
-    k, kh = ctx.data(5, _shape(ctx))
+    q, qh = ctx.data(4)
+    k, kh = ctx.data(5)
     norms = np.linalg.norm(qh[0], axis=-1)[:, :, None] * np.linalg.norm(kh[0], axis=-1)[:, None, :]
     s0 = np.einsum("hid,hjd->hij", ctx.rot(q, p0)[0], ctx.rot(k, p0)[0])
     errs, tols = [], []
     for s in _SHIFTS:
         ss = np.einsum("hid,hjd->hij", ctx.rot(q, p0 + s)[0], ctx.rot(k, p0 + s)[0])
         errs.append(np.abs(ss - s0) / norms)
-        tols.append(
-            np.broadcast_to(
-                2 * ctx.base_tol + ctx.allowance(2 * (s + p0[:, None] + p0[None, :])), norms.shape
-            )
-        )
-    res = _measure("shift_invariance", ctx, np.stack(errs), np.stack(tols))
+        tols.append(2 * ctx.base_tol + ctx.allowance(2 * (s + p0[:, None] + p0[None, :])))
+    res = _measure("shift_invariance", ctx, np.stack(errs), np.stack(tols)[:, None])
     if not res.passed:
         worst = int(np.argmax([np.max(e / t) for e, t in zip(errs, tols)]))
         res.message += f" (at shift {_SHIFTS[worst]})"
@@ -360,7 +337,7 @@ def _p_shift_invariance(ctx: _Ctx) -> PropertyResult:
 
 def _p_norm(ctx: _Ctx) -> PropertyResult:
     pos = np.concatenate([_MATRIX_POS[::2], _LONG_POS[::2]])
-    x, xh = ctx.data(6, _shape(ctx))
+    x, xh = ctx.data(6)
     out = ctx.rot(x, pos)
     nx = np.linalg.norm(xh, axis=-1)
     err = np.abs(np.linalg.norm(out, axis=-1) - nx) / np.maximum(nx, 1e-300)
@@ -369,7 +346,7 @@ def _p_norm(ctx: _Ctx) -> PropertyResult:
 
 def _p_inverse(ctx: _Ctx) -> PropertyResult:
     pos = _MATRIX_POS + np.array([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3000, 65536])
-    x, xh = ctx.data(7, _shape(ctx))
+    x, xh = ctx.data(7)
     once = ctx.fn(x, ctx.positions(pos))
     back = ctx.rot(once, -pos)
     scale = _scale(xh)
@@ -380,7 +357,7 @@ def _p_inverse(ctx: _Ctx) -> PropertyResult:
 def _p_composition(ctx: _Ctx) -> PropertyResult:
     a = _MATRIX_POS
     b = np.array([5, 0, 1, 700, 4096, 3, 2, 1, 100, 9, 11, 2000, 60000, 31, 1, 7])
-    x, xh = ctx.data(8, _shape(ctx))
+    x, xh = ctx.data(8)
     twice = ctx.rot(ctx.fn(x, ctx.positions(a)), b)
     once = ctx.rot(x, a + b)
     scale = _scale(xh)
@@ -390,15 +367,12 @@ def _p_composition(ctx: _Ctx) -> PropertyResult:
 
 def _partners(ctx: _Ctx) -> np.ndarray:
     """For each feature j, the feature its rotation mixes it with most (basis vectors at pos 1)."""
-    d = ctx.d
+    d, n = ctx.d, 2 * _SEQ
     rows = []
-    eye = np.eye(d)
-    for start in range(0, d, 2 * _SEQ):  # basis vectors e_j, 2 * _SEQ per call, all at position 1
-        block = np.zeros((2 * _SEQ, d))
-        chunk = eye[start : start + 2 * _SEQ]
-        block[: chunk.shape[0]] = chunk
-        out = ctx.rot(ctx.arr(block.reshape(_shape(ctx))), np.ones(_SEQ, dtype=np.int64))
-        rows.append(out.reshape(2 * _SEQ, d)[: chunk.shape[0]])
+    for start in range(0, d, n):  # basis vectors e_start.., n per call (zero rows past d), at position 1
+        block = np.eye(n, d, k=start).reshape(1, 2, _SEQ, d)
+        out = ctx.rot(ctx.arr(block), np.ones(_SEQ, dtype=np.int64))
+        rows.append(out.reshape(n, d)[: d - start])
     mix = np.abs(np.concatenate(rows))
     np.fill_diagonal(mix, -1.0)
     return np.argmax(mix, axis=1)
@@ -429,7 +403,7 @@ def _p_layout(ctx: _Ctx) -> PropertyResult:
 
 
 def _p_dtype(ctx: _Ctx) -> PropertyResult:
-    x, _ = ctx.data(9, _shape(ctx))
+    x, _ = ctx.data(9)
     out = ctx.fn(x, ctx.positions(np.arange(_SEQ)))
     msgs = []
     if _dtype_name(out.dtype) != ctx.dname:
@@ -442,7 +416,7 @@ def _p_dtype(ctx: _Ctx) -> PropertyResult:
 def _p_device(ctx: _Ctx) -> PropertyResult:
     from array_api_compat import device as dev_of
 
-    x, _ = ctx.data(10, _shape(ctx))
+    x, _ = ctx.data(10)
     out = ctx.fn(x, ctx.positions(np.arange(_SEQ)))
     msgs = []
     if type(out) is not type(x):
@@ -459,7 +433,7 @@ def _p_device(ctx: _Ctx) -> PropertyResult:
 
 def _p_no_mutation(ctx: _Ctx) -> PropertyResult:
     pos_h = np.arange(_SEQ) + 5
-    x, xh = ctx.data(11, _shape(ctx))
+    x, xh = ctx.data(11)
     pos = ctx.positions(pos_h)
     ctx.fn(x, pos)
     after_x = ctx.host(x)
@@ -576,8 +550,7 @@ def check_rope(
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 4 or head_dim % 2:
         raise ValueError(f"head_dim must be an even integer >= 4, got {head_dim!r}")
     ulps = check_float(ulps, "ulps", above=0.0)
-    if angle_eps is not None:
-        angle_eps = check_float(angle_eps, "angle_eps", minimum=0.0)
+    angle_eps = 2.0**-23 if angle_eps is None else check_float(angle_eps, "angle_eps", minimum=0.0)
     if not callable(rotate_fn):
         raise TypeError(f"rotate_fn must be callable as rotate_fn(x, pos), got {type(rotate_fn).__name__}")
     names = list(PROPERTIES) if properties is None else list(properties)
@@ -588,21 +561,10 @@ def check_rope(
         xp = np
     dt = _resolve_dtype(xp, dtype)
     pdt = _default_pos_dtype(xp, device) if pos_dtype is None else pos_dtype
-    ctx = _Ctx(
-        rotate_fn,
-        xp=xp,
-        device=device,
-        dtype=dt,
-        pos_dtype=pdt,
-        head_dim=head_dim,
-        layout=layout,
-        base=float(base),
-        ulps=float(ulps),
-        angle_eps=2.0**-23 if angle_eps is None else float(angle_eps),
-    )
+    ctx = _Ctx(rotate_fn, xp, device, dt, pdt, head_dim, layout, float(base), ulps, angle_eps)
     config = {
         "layout": layout,
-        "base": float(base),
+        "base": ctx.base,
         "head_dim": head_dim,
         "dtype": ctx.dname,
         "namespace": getattr(xp, "__name__", str(xp)),
@@ -613,11 +575,11 @@ def check_rope(
     for name in names:
         try:
             results.append(_RUNNERS[name](ctx))
-        except _Fail as e:
-            results.append(PropertyResult(name, False, math.inf, ctx.base_tol, math.inf, str(e)))
-        except Exception as e:  # the implementation under test raised: that is a failure
-            where = traceback.extract_tb(e.__traceback__)[-1]
-            loc = f"{where.filename.rsplit('/', 1)[-1]}:{where.lineno}"
-            msg = f"rotate_fn raised {type(e).__name__}: {e} ({loc})"
+        except Exception as e:  # a _Fail, or the implementation under test raised: a failure
+            msg = str(e)
+            if not isinstance(e, _Fail):
+                where = traceback.extract_tb(e.__traceback__)[-1]
+                loc = f"{where.filename.rsplit('/', 1)[-1]}:{where.lineno}"
+                msg = f"rotate_fn raised {type(e).__name__}: {e} ({loc})"
             results.append(PropertyResult(name, False, math.inf, ctx.base_tol, math.inf, msg))
     return RopeReport(config, results)

@@ -22,8 +22,6 @@ __all__ = ["cos_sin", "pair_indices", "rotate", "rotate_pairs", "rotation_matrix
 
 _PI = decimal.Decimal("3.141592653589793238462643383279502884197169399375105820974944592")
 _CTX = decimal.Context(prec=50)
-
-
 _LN_CTX = decimal.Context(prec=40)
 
 
@@ -59,11 +57,9 @@ def _cos_sin_exact(p: float, t: float) -> tuple[float, float]:
         if a > _PI:
             a -= two_pi
         # Taylor series on |a| <= pi; 50 digits need < 45 terms.
-        term, c, s = decimal.Decimal(1), decimal.Decimal(0), decimal.Decimal(0)
         a2, k = a * a, 0
-        c = term
-        sterm = a
-        s = sterm
+        c = term = decimal.Decimal(1)
+        s = sterm = a
         while True:
             k += 2
             term = -term * a2 / (k * (k - 1))
@@ -103,26 +99,20 @@ def cos_sin(pos: Sequence[float] | np.ndarray, th: np.ndarray) -> tuple[np.ndarr
     p = np.asarray(pos, dtype=np.float64)
     th = np.asarray(th, dtype=np.float64)
     uniq, inv = np.unique(p.reshape(-1), return_inverse=True)
-    c = np.empty((uniq.size, th.shape[0]), dtype=np.float64)
-    s = np.empty_like(c)
+    grid = [(pv, t) for pv in uniq.tolist() for t in th.tolist()]
     if _WIDE:
-        hi = np.empty(c.shape, dtype=np.float64)
-        lo = np.empty(c.shape, dtype=np.float64)
-        quad = np.empty(c.shape, dtype=np.int64)
-        for i, pv in enumerate(uniq.tolist()):
-            for j, t in enumerate(th.tolist()):
-                hi[i, j], lo[i, j], quad[i, j] = _reduced(pv, t)
+        hi, lo, quad = np.array([_reduced(pv, t) for pv, t in grid]).reshape(-1, 3).T
         r = hi.astype(np.longdouble) + lo.astype(np.longdouble)
         cr, sr = np.cos(r), np.sin(r)
-        c[...] = np.choose(quad, [cr, -sr, -cr, sr])
-        s[...] = np.choose(quad, [sr, cr, -sr, -cr])
+        quad = quad.astype(np.int64)
+        c = np.choose(quad, [cr, -sr, -cr, sr]).astype(np.float64)
+        s = np.choose(quad, [sr, cr, -sr, -cr]).astype(np.float64)
     else:
-        for i, pv in enumerate(uniq.tolist()):
-            for j, t in enumerate(th.tolist()):
-                c[i, j], s[i, j] = _cos_sin_exact(pv, t)
+        c, s = np.array([_cos_sin_exact(pv, t) for pv, t in grid], dtype=np.float64).reshape(-1, 2).T
     shape = (*p.shape, th.shape[0])
     idx = inv.reshape(-1)
-    return c[idx].reshape(shape), s[idx].reshape(shape)
+    table = (uniq.size, th.shape[0])
+    return c.reshape(table)[idx].reshape(shape), s.reshape(table)[idx].reshape(shape)
 
 
 def pair_indices(rotary_dim: int, layout: str) -> list[tuple[int, int]]:
@@ -194,18 +184,9 @@ def rotate(
     d = x.shape[-1]
     p = np.broadcast_to(np.asarray(pos, dtype=np.float64), x.shape[:-1])
     uniq, inv = np.unique(p.reshape(-1), return_inverse=True)
-    mats = (
-        np.stack(
-            [
-                rotation_matrix(
-                    float(u), d, layout=layout, base=base, rotary_dim=rotary_dim, th=th, scale=scale
-                )
-                for u in uniq
-            ]
-        )
-        if uniq.size
-        else np.empty((0, d, d))
-    )
+    mats = np.empty((uniq.size, d, d))
+    for i, u in enumerate(uniq.tolist()):
+        mats[i] = rotation_matrix(u, d, layout=layout, base=base, rotary_dim=rotary_dim, th=th, scale=scale)
     flat = x.reshape(-1, d)
     out = np.einsum("nij,nj->ni", mats[inv.reshape(-1)], flat)
     return out.reshape(x.shape)
