@@ -36,7 +36,7 @@ from ._config import RopeConfig
 from ._lib import _validation as v
 from ._lib._cache import intern, interned
 from ._lib._compat import array_namespace, as_namespace, is_array, to_numpy
-from ._lib._typing import Array, Device, DType, Layout, Namespace
+from ._lib._typing import Array, Device, DType, Namespace
 from ._rope import RoPE
 from .multiaxis import MRoPE
 from .scaling import Factors, Frequencies, LongRoPE
@@ -64,8 +64,8 @@ def _int_dtype(be: Backend, device: Device) -> DType:
     return be.xp.int64 if be.has_int64(device) else be.xp.int32
 
 
-def _as_int_array(x: Any, name: str, be: Backend, device: Device, ndim: int | None = 1) -> Array:
-    """``x`` as an integer array of ``be`` (host values converted; arrays checked for dtype)."""
+def _as_int_array(x: Any, name: str, be: Backend, device: Device) -> Array:
+    """``x`` as a 1-d integer array of ``be`` (host values converted; arrays checked for dtype)."""
     xp = be.xp
     if is_array(x) and array_namespace(x) is xp:
         arr = x
@@ -78,47 +78,29 @@ def _as_int_array(x: Any, name: str, be: Backend, device: Device, ndim: int | No
         arr = xp.asarray(host.astype(np.int64), dtype=_int_dtype(be, device), device=device)
     if not v.is_integral(arr.dtype):
         raise TypeError(f"{name} must be an integer array, got dtype {v.dtype_name(arr.dtype)}")
-    if ndim is not None and arr.ndim != ndim:
-        raise ValueError(f"{name} must be a {ndim}-d array, got shape {tuple(arr.shape)}")
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-d array, got shape {tuple(arr.shape)}")
     return arr
 
 
-def _check_host(be: Backend, x: Array, name: str, *, cu: bool) -> int | None:
-    """Value checks where the values can be read; the total length (``None`` when not concrete)."""
-    if not be.is_concrete(x):
-        return None
-    h = np.asarray(be.host_values(x), dtype=np.int64)
-    if cu:
-        if h.size == 0 or h[0] != 0:
-            raise ValueError(
-                f"{name} must start at 0 (cumulative lengths, n_docs + 1 entries), got {h.tolist()}"
-            )
-        if np.any(np.diff(h) < 0):
-            raise ValueError(f"{name} must be non-decreasing, got {h.tolist()}")
-        return int(h[-1])
-    if np.any(h < 0):
-        raise ValueError(f"{name} must be non-negative, got {h.tolist()}")
-    return int(h.sum())
-
-
-def _packed(be: Backend, starts: Array, ends: Array, total: int, device: Device) -> Array:
-    xp = be.xp
-    dt = starts.dtype
-    t = xp.arange(total, dtype=dt, device=device)
-    n = starts.shape[0]
-    if n == 0:
-        return xp.zeros((total,), dtype=dt, device=device)
-    if hasattr(xp, "searchsorted") and be.has_int64(device):  # (it returns the default index dtype)
-        doc = xp.searchsorted(ends, t, side="right")
-    else:  # one comparison per document
-        doc = xp.sum(xp.astype(ends[None, :] <= t[:, None], dt), axis=1, dtype=dt)
-    inside = doc < n
-    doc = xp.clip(doc, max=n - 1)
-    start = xp.take(starts, xp.astype(doc, dt), axis=0)
-    return xp.where(inside, t - start, xp.zeros_like(t))
-
-
-def _total(total: Any, known: int | None, name: str) -> int:
+def _total(be: Backend, x: Array, name: str, total: Any, *, cu: bool) -> int:
+    """The packed length: ``total``, or the documents' when ``None``; the values of ``x``
+    (cumulative when ``cu``) are checked where they can be read."""
+    known = None
+    if be.is_concrete(x):
+        h = np.asarray(be.host_values(x), dtype=np.int64)
+        if cu:
+            if h[0] != 0:
+                raise ValueError(
+                    f"{name} must start at 0 (cumulative lengths, n_docs + 1 entries), got {h.tolist()}"
+                )
+            if np.any(np.diff(h) < 0):
+                raise ValueError(f"{name} must be non-decreasing, got {h.tolist()}")
+            known = int(h[-1])
+        else:
+            if np.any(h < 0):
+                raise ValueError(f"{name} must be non-negative, got {h.tolist()}")
+            known = int(h.sum())
     if total is None:
         if known is None:
             raise ValueError(
@@ -129,6 +111,35 @@ def _total(total: Any, known: int | None, name: str) -> int:
     if known is not None and total < known:
         raise ValueError(f"total={total} is shorter than the documents of {name} ({known} tokens)")
     return total
+
+
+def _packed(x: Any, name: str, total: Any, xp: Any, device: Device, *, cu: bool) -> Array:
+    """Positions restarting at 0 per document; ``x`` holds lengths, or ``cu_seqlens`` when ``cu``."""
+    be = backend_for(_namespace(x, xp))
+    xp = be.xp
+    arr = _as_int_array(x, name, be, device)
+    if cu and arr.shape[0] == 0:
+        raise ValueError("cu_seqlens must have n_docs + 1 >= 1 entries, got none")
+    device = be.creation_device(arr) if device is None else device
+    n = _total(be, arr, name, total, cu=cu)
+    if cu:
+        starts, ends = arr[:-1], arr[1:]
+    else:
+        ends = xp.cumulative_sum(arr, dtype=arr.dtype)
+        starts = ends - arr
+    dt = arr.dtype
+    n_docs = starts.shape[0]
+    if n_docs == 0:
+        return xp.zeros((n,), dtype=dt, device=device)
+    t = xp.arange(n, dtype=dt, device=device)
+    if hasattr(xp, "searchsorted") and be.has_int64(device):  # (it returns the default index dtype)
+        doc = xp.searchsorted(ends, t, side="right")
+    else:  # one comparison per document
+        doc = xp.sum(xp.astype(ends[None, :] <= t[:, None], dt), axis=1, dtype=dt)
+    inside = doc < n_docs
+    doc = xp.clip(doc, max=n_docs - 1)
+    start = xp.take(starts, xp.astype(doc, dt), axis=0)
+    return xp.where(inside, t - start, xp.zeros_like(t))
 
 
 # -- packed batches -----------------------------------------------------------------------------
@@ -159,13 +170,7 @@ def from_lengths(lengths: Any, *, total: int | None = None, xp: Any = None, devi
     >>> positions.from_lengths([2, 2], total=6)
     array([0, 1, 0, 1, 0, 0])
     """
-    be = backend_for(_namespace(lengths, xp))
-    lens = _as_int_array(lengths, "lengths", be, device)
-    device = be.creation_device(lens) if device is None else device
-    known = _check_host(be, lens, "lengths", cu=False)
-    n = _total(total, known, "lengths")
-    ends = be.xp.cumulative_sum(lens, dtype=lens.dtype)
-    return _packed(be, ends - lens, ends, n, device)
+    return _packed(lengths, "lengths", total, xp, device, cu=False)
 
 
 def from_cu_seqlens(
@@ -186,14 +191,7 @@ def from_cu_seqlens(
     >>> positions.from_cu_seqlens([0, 3, 4, 6])
     array([0, 1, 2, 0, 0, 1])
     """
-    be = backend_for(_namespace(cu_seqlens, xp))
-    cu = _as_int_array(cu_seqlens, "cu_seqlens", be, device)
-    if cu.shape[0] == 0:
-        raise ValueError("cu_seqlens must have n_docs + 1 >= 1 entries, got none")
-    device = be.creation_device(cu) if device is None else device
-    known = _check_host(be, cu, "cu_seqlens", cu=True)
-    n = _total(total, known, "cu_seqlens")
-    return _packed(be, cu[:-1], cu[1:], n, device)
+    return _packed(cu_seqlens, "cu_seqlens", total, xp, device, cu=True)
 
 
 def from_attention_mask(mask: Array, *, fill: int = 0) -> Array:
@@ -226,7 +224,7 @@ def from_attention_mask(mask: Array, *, fill: int = 0) -> Array:
     """
     if not is_array(mask):
         mask = np.asarray(mask)
-    xp = _namespace(mask, None)
+    xp = array_namespace(mask)
     be = backend_for(xp)
     if mask.ndim < 1:
         raise ValueError("mask must have at least one axis (..., seq), got a 0-d array")
@@ -327,7 +325,7 @@ def mrope_position_ids(
             f"token_types must hold 0 (text), 1 (image) or 2 (video), got {sorted(set(tt.ravel()))}"
         )
     m = v.check_int(spatial_merge_size, "spatial_merge_size", minimum=1)
-    mask = None
+    mask = np.ones(tt.shape, dtype=bool)
     if attention_mask is not None:
         mask = np.asarray(to_numpy(attention_mask)).astype(bool)
         if mask.shape != tt.shape:
@@ -360,7 +358,7 @@ def mrope_position_ids(
     out = np.zeros((3, *tt.shape), dtype=np.int64)
     deltas = np.zeros((tt.shape[0], 1), dtype=np.int64)
     for b in range(tt.shape[0]):
-        row = tt[b] if mask is None else tt[b][mask[b]]
+        row = tt[b][mask[b]]
         parts: list[np.ndarray] = []
         cur = 0
         for kind, grp in itertools.groupby(row.tolist()):
@@ -389,10 +387,7 @@ def mrope_position_ids(
             parts.append(np.stack([tg.ravel() + cur, hg.ravel(), wg.ravel()]))
             cur += max(h, w) // m
         llm = np.concatenate(parts, axis=1) if parts else np.zeros((3, 0), dtype=np.int64)
-        if mask is None:
-            out[:, b] = llm
-        else:
-            out[:, b, mask[b]] = llm
+        out[:, b, mask[b]] = llm
         deltas[b, 0] = (llm.max() + 1 if llm.size else 0) - row.shape[0]
     dev = be.creation_device(token_types) if is_array(token_types) else None
     dt = _int_dtype(be, dev)
@@ -419,13 +414,10 @@ def mrope_text_positions(positions: Any, deltas: Any) -> Array:
     if not is_array(positions):
         positions = xp.asarray(np.asarray(positions))
     if not is_array(deltas) or array_namespace(deltas) is not xp:
-        deltas = xp.asarray(np.asarray(to_numpy(deltas)), dtype=positions.dtype, device=_device_of(positions))
+        dev = backend_for(xp).creation_device(positions)
+        deltas = xp.asarray(np.asarray(to_numpy(deltas)), dtype=positions.dtype, device=dev)
     p = positions + deltas
     return xp.broadcast_to(p[None, ...], (3, *p.shape))
-
-
-def _device_of(x: Array) -> Device:
-    return backend_for(array_namespace(x)).creation_device(x)
 
 
 # -- KV-cache re-rotation -----------------------------------------------------------------------
@@ -435,111 +427,61 @@ def _key_namespace(k: Any) -> Backend:
     return backend_for(array_namespace(k))
 
 
-def _plain(rope: Any) -> Any:
-    """What identifies a RoPE or MRoPE, as values a trace can pass as constants (frozen
-    dataclasses and tuples, not the objects)."""
-    if rope is None or isinstance(rope, RoPE):
-        return None if rope is None else rope.config
-    return (rope.rope.config, rope.sections, rope.interleaved)
-
-
-def _unplain(plain: Any) -> Any:
-    if plain is None or isinstance(plain, RopeConfig):
-        return None if plain is None else RoPE.from_config(plain)
-    cfg, sections, interleaved = plain
-    return MRoPE(
-        cfg.head_dim,
-        sections,
-        interleaved=interleaved,
-        base=cfg.base,
-        layout=cfg.layout,
-        rotary_dim=cfg.rotary_dim,
-        scaling=cfg.scaling,
-        angles=cfg.angles,
-    )
-
-
-def _rotation_handle(kind: str, a: Any, b: Any) -> str:
-    """The handle of the pure rotations ``kind`` of RoPEs ``a`` (and ``b``, both :func:`_plain`):
-    made on the host, once, even inside a trace (``Backend.eager``)."""
-    return intern(("positions", kind, a, b), lambda: _make_rotation(kind, _unplain(a), _unplain(b)))
-
-
-def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``a + b = hi + lo`` exactly (Knuth's TwoSum, float64)."""
-    hi = a + b
-    bb = hi - a
-    return hi, (a - (hi - bb)) + (b - bb)
-
-
-def _make_rotation(kind: str, a: Any, b: Any) -> tuple[RoPE, ...]:
-    """The rotation by ``pos * freqs`` alone (exact angles, no attention factor), as one RoPE, or
-    two when ``freqs`` is a difference of float64 frequencies: ``hi + lo`` equals it exactly."""
-    if kind == "shift":
-        parts = [_static_freqs(a, "rope")]
+def _rotation_freqs(a: RopeConfig, b: RopeConfig | None) -> tuple[tuple[float, ...], ...]:
+    """The frequencies, computed on the host, of the rotation by ``pos * freqs`` that shifts
+    keys of ``a`` (``b`` None), moves them to ``b``, or switches LongRoPE ``a`` from its short
+    factors to its long ones (the only dynamic scaling let through).  One set, or two when
+    ``freqs`` is a difference of float64 frequencies (``hi + lo`` equals it exactly).  Plain
+    values, so ``Backend.eager`` can hand them to a trace as constants."""
+    if isinstance(a.scaling, LongRoPE):
+        a, b = (a.with_scaling(Factors(f)) for f in (a.scaling.short_factor, a.scaling.long_factor))
+    if b is None:
+        parts = [a.host_inv_freq()]
     else:
-        if kind == "rerotate":
-            w_src, w_dst = _static_freqs(a, "src"), _static_freqs(b, "dst")
-        else:  # LongRoPE: short factors' frequencies to long factors'
-            cfg, sc = a.config, a.config.scaling
-            w_src = np.asarray(cfg.with_scaling(Factors(sc.short_factor)).host_inv_freq(), dtype=np.float64)
-            w_dst = np.asarray(cfg.with_scaling(Factors(sc.long_factor)).host_inv_freq(), dtype=np.float64)
-        hi, lo = _two_sum(w_dst, -w_src)
+        w, d = b.host_inv_freq(), -a.host_inv_freq()
+        hi = w + d  # Knuth's TwoSum: hi + lo == w + d exactly
+        bb = hi - w
+        lo = (w - (hi - bb)) + (d - bb)
         parts = [hi] if not np.any(lo) else [hi, lo]
-    return _pure_ropes(a, [tuple(float(f) for f in freqs) for freqs in parts])
+    return tuple(tuple(float(f) for f in freqs) for freqs in parts)
 
 
-def _pure_ropes(rope: Any, parts: Any) -> tuple[RoPE, ...]:
-    """One RoPE per tuple of frequencies in ``parts``, rotating the features ``rope`` rotates."""
-    head_dim, width, layout = _features(rope)
+def _pure_ropes(cfg: RopeConfig, parts: tuple[tuple[float, ...], ...]) -> tuple[RoPE, ...]:
+    """One RoPE per set of frequencies (exact angles, no attention factor), rotating the
+    features ``cfg`` rotates."""
     return tuple(
-        RoPE(head_dim, layout=layout, rotary_dim=width, scaling=Frequencies(freqs), angles="exact")
-        for freqs in parts
+        RoPE(cfg.head_dim, layout=cfg.layout, rotary_dim=cfg.width, scaling=Frequencies(f), angles="exact")
+        for f in parts
     )
 
 
-def _rotation_freqs(kind: str, a: Any, b: Any) -> tuple[tuple[float, ...], ...]:
-    """The frequencies of the pure rotations (computed on the host, even inside a trace)."""
-    ropes = interned(_rotation_handle(kind, a, b))
-    return tuple(r.config.scaling.freqs for r in ropes)
-
-
-def _rotate(be: Backend, kind: str, a: Any, b: Any, k: Array, pos: Any) -> Array:
-    plain = (kind, _plain(a), _plain(b))
+def _rotate(be: Backend, src: RoPE, dst: RoPE | None, k: Array, pos: Any) -> Array:
+    a, b = src.config, None if dst is None else dst.config
     if be.tracing():
         # Inside torch.compile the frequencies come back as constants and the rotations are
         # built in the trace (a RoPE of plain values, as the backends allow).
-        ropes = _pure_ropes(a, be.eager(_rotation_freqs, *plain))
+        ropes = _pure_ropes(a, be.eager(_rotation_freqs, a, b))
     else:
-        ropes = interned(_rotation_handle(*plain))
+        ropes = interned(intern(("positions", a, b), lambda: _pure_ropes(a, _rotation_freqs(a, b))))
     for rope in ropes:
         k = rope.rotate(k, pos)
     return k
 
 
-def _features(rope: Any) -> tuple[int, int, Layout]:
-    """``(head_dim, rotated width, layout)`` of a RoPE or MRoPE."""
-    if isinstance(rope, MRoPE):
-        return rope.head_dim, rope.rotary_dim, rope.layout
-    return rope.head_dim, rope.config.width, rope.layout
-
-
-def _check_rope(rope: Any, name: str) -> None:
-    """A RoPE or MRoPE with one set of frequencies."""
+def _one_set(rope: Any, name: str) -> RoPE:
+    """The RoPE of a RoPE or MRoPE (an MRoPE rotates its features with its RoPE's
+    frequencies and attention factor), refused when its frequencies are not one set."""
     if not isinstance(rope, (RoPE, MRoPE)):
         raise TypeError(f"{name} must be a rotary.RoPE or rotary.MRoPE, got {type(rope).__name__}")
-    scaling = (rope.rope if isinstance(rope, MRoPE) else rope).config.scaling
+    rope = rope.rope if isinstance(rope, MRoPE) else rope
+    scaling = rope.config.scaling
     if scaling.dynamic:
         raise ValueError(
             f"{name} has a sequence-length-dependent scaling ({type(scaling).__name__}): its "
             "frequencies are not one set. For LongRoPE's switch use longrope_switch; otherwise build the "
             "RoPE of the frequencies the keys were rotated with (e.g. scaling=Factors(short_factor))"
         )
-
-
-def _static_freqs(rope: Any, name: str) -> np.ndarray:
-    _check_rope(rope, name)
-    return np.asarray(rope.inv_freq(), dtype=np.float64)
+    return rope
 
 
 def shift_keys(k: Array, delta: Any, rope: RoPE | MRoPE) -> Array:
@@ -572,8 +514,7 @@ def shift_keys(k: Array, delta: Any, rope: RoPE | MRoPE) -> Array:
     True
     """
     be = _key_namespace(k)
-    _check_rope(rope, "rope")
-    return _rotate(be, "shift", rope, None, k, delta)
+    return _rotate(be, _one_set(rope, "rope"), None, k, delta)
 
 
 def rerotate_keys(k: Array, pos: Any, src: RoPE, dst: RoPE) -> Array:
@@ -597,25 +538,17 @@ def rerotate_keys(k: Array, pos: Any, src: RoPE, dst: RoPE) -> Array:
     True
     """
     be = _key_namespace(k)
-    _check_rope(src, "src")
-    _check_rope(dst, "dst")
+    src, dst = _one_set(src, "src"), _one_set(dst, "dst")
     for name in ("head_dim", "layout"):
-        if getattr(src, name) != getattr(dst, name):
-            a, b = getattr(src, name), getattr(dst, name)
+        a, b = getattr(src, name), getattr(dst, name)
+        if a != b:
             raise ValueError(f"src and dst must rotate the same features: {name} {a!r} != {b!r}")
-    if _width(src) != _width(dst):
-        raise ValueError(
-            f"src and dst must rotate the same features: {_width(src)} and {_width(dst)} rotated features"
-        )
-    out = _rotate(be, "rerotate", src, dst, k, pos)
+    a, b = (src.config.width, src.partial), (dst.config.width, dst.partial)
+    if a != b:
+        raise ValueError(f"src and dst must rotate the same features: {a} and {b} rotated features")
+    out = _rotate(be, src, dst, k, pos)
     ratio = float(dst.attention_factor) / float(src.attention_factor)
     return out if ratio == 1.0 else out * ratio
-
-
-def _width(rope: Any) -> tuple[int, str]:
-    if isinstance(rope, MRoPE):
-        return rope.rotary_dim, "neox"
-    return rope.config.width, rope.partial
 
 
 def longrope_switch(k: Array, pos: Any, rope: RoPE) -> Array:
@@ -642,4 +575,4 @@ def longrope_switch(k: Array, pos: Any, rope: RoPE) -> Array:
     be = _key_namespace(k)
     if not isinstance(rope, RoPE) or not isinstance(rope.config.scaling, LongRoPE):
         raise TypeError(f"rope must be a rotary.RoPE with a LongRoPE scaling, got {rope!r}")
-    return _rotate(be, "longrope", rope, None, k, pos)
+    return _rotate(be, rope, None, k, pos)
