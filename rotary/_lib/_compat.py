@@ -158,10 +158,8 @@ def device(x: Array) -> Device:
 
 def to_numpy(x: Any) -> np.ndarray:
     """A host NumPy copy of an array of any supported library (bfloat16 widened to float32)."""
-    if not is_array(x):
-        return np.asarray(x)
     mod = _module(x)
-    if mod == "numpy":
+    if mod == "numpy" or not is_array(x):
         return np.asarray(x)
     if mod == "torch":
         t = x.detach().cpu()
