@@ -109,13 +109,7 @@ class Rotary:
         >>> float(c[1, 0]), float(s[0, 1])
         (0.5403022766113281, 0.0)
         """
-        xp = (
-            as_namespace(xp)
-            if xp is not None
-            else array_namespace(pos)
-            if is_array(pos)
-            else array_namespace()
-        )
+        xp = as_namespace(xp) if xp is not None else array_namespace(pos)  # (NumPy for Python values)
         be = backend_for(xp)
         dtype = xp.float32 if dtype is None else dtype
         if not v.is_floating(xp, dtype):
