@@ -43,9 +43,7 @@ class Rotary:
         raise NotImplementedError
 
     def __eq__(self, other: object) -> bool:
-        if not (isinstance(other, Rotary) and type(other) is type(self)):
-            return False
-        return other._identity() == self._identity()
+        return type(other) is type(self) and other._identity() == self._identity()
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self._identity()))
@@ -111,13 +109,7 @@ class Rotary:
         >>> float(c[1, 0]), float(s[0, 1])
         (0.5403022766113281, 0.0)
         """
-        xp = (
-            as_namespace(xp)
-            if xp is not None
-            else array_namespace(pos)
-            if is_array(pos)
-            else array_namespace()
-        )
+        xp = as_namespace(xp) if xp is not None else array_namespace(pos)  # (NumPy for Python values)
         be = backend_for(xp)
         dtype = xp.float32 if dtype is None else dtype
         if not v.is_floating(xp, dtype):
@@ -152,7 +144,7 @@ class Rotary:
                [-0.301,  0.99 ,  1.382,  1.01 ],
                [-1.325,  0.98 ,  0.493,  1.02 ]], dtype=float32)
         """
-        xp = self._namespace(x, None)
+        xp = namespace_of(x, names=("x",))
         be = backend_for(xp)
         sig = be.signature(x, pos)
         if sig is None or not memo_has((self, "rotate", sig)):
@@ -182,7 +174,7 @@ class Rotary:
         >>> bool(np.allclose((qr * qr).sum(-1), (q * q).sum(-1), rtol=1e-5))
         True
         """
-        xp = self._namespace(q, k)
+        xp = namespace_of(q, k, names=("q", "k"))
         be = backend_for(xp)
         sig = be.signature(q, k, pos, k_pos)
         key = (self, "apply", sig)
@@ -194,10 +186,7 @@ class Rotary:
             return out
         dev = be.creation_device(q)
         p, rng = be.positions(pos, name="pos", device=dev)
-        if k_pos is None:
-            kp, krng = p, rng
-        else:
-            kp, krng = be.positions(k_pos, name="k_pos", device=dev)
+        kp, krng = (p, rng) if k_pos is None else be.positions(k_pos, name="k_pos", device=dev)
         if be.lazy and not self._needs_all_positions():
             rot = self.rotate
             return (
@@ -217,7 +206,7 @@ class Rotary:
 
     def _needs_all_positions(self) -> bool:
         """Dynamic scalings read the sequence length from every position (no block-wise Dask)."""
-        return False
+        return not self.static
 
     def _check_apply(self, be: Backend, q: Array, k: Array, pos: Any, k_pos: Any) -> None:
         """Every check of ``apply`` that depends on the arguments' types, shapes, dtypes and
@@ -235,13 +224,6 @@ class Rotary:
             v.check_broadcast(coord, tuple(k.shape[:-1]), "pos", "k")
         else:
             self._check_positions(be, k_pos, k, "k_pos", "k")
-
-    @staticmethod
-    def _namespace(q: Any, k: Any) -> Namespace:
-        """The namespace of the data; positions may be NumPy/Python values with any library."""
-        if k is None:
-            return namespace_of(q, names=("x",))
-        return namespace_of(q, k, names=("q", "k"))
 
     def _check_positions(self, be: Backend, pos: Any, x: Array, name: str, x_name: str) -> tuple[Any, ...]:
         """The type, shape and device of positions ``pos`` for ``x``; returns one coordinate's shape."""
@@ -434,9 +416,6 @@ class RoPE(Rotary):
     @property
     def static(self) -> bool:
         return not self.config.scaling.dynamic
-
-    def _needs_all_positions(self) -> bool:
-        return bool(self.config.scaling.dynamic)
 
     def _decode_plan(self, be: Backend, q: Array, k: Array, pos: Any) -> Any:
         cfg = self.config

@@ -17,6 +17,8 @@ import types
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, NamedTuple, TypeVar
 
+from ._validation import check_bool, check_int
+
 __all__ = [
     "CacheInfo",
     "cache_info",
@@ -143,8 +145,6 @@ def set_cache_limit(nbytes: int) -> int:
     Least recently used entries are evicted at once if the cache holds more.  The default
     is 64 MiB, or ``ROTARY_CACHE_BYTES`` from the environment.
     """
-    from ._validation import check_int
-
     n = check_int(nbytes, "nbytes", minimum=0)
     with _CACHE._lock:
         old = _CACHE.limit
@@ -179,8 +179,6 @@ def fast_paths(enabled: bool) -> Iterator[None]:
     >>> bool((fast == slow).all())
     True
     """
-    from ._validation import check_bool
-
     check_bool(enabled, "enabled")
     old = _FAST[0]
     _FAST[0] = enabled

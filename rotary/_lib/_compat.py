@@ -8,6 +8,7 @@ dispatch is ``functools.lru_cache``-d, which ``torch.compile`` warns about on ev
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import array_api_compat
@@ -141,8 +142,6 @@ def as_namespace(xp: Any) -> Namespace:
     if not isinstance(name, str):
         raise TypeError(f"xp must be an array namespace (a module such as numpy or jax.numpy), got {xp!r}")
     if name in ("numpy", "torch", "cupy", "dask.array"):
-        import importlib
-
         return importlib.import_module(f"array_api_compat.{name}")
     if not hasattr(xp, "asarray") or not hasattr(xp, "__array_namespace_info__"):
         raise TypeError(f"xp must be an array-API namespace, got module {name!r}")
@@ -158,10 +157,8 @@ def device(x: Array) -> Device:
 
 def to_numpy(x: Any) -> np.ndarray:
     """A host NumPy copy of an array of any supported library (bfloat16 widened to float32)."""
-    if not is_array(x):
-        return np.asarray(x)
     mod = _module(x)
-    if mod == "numpy":
+    if mod == "numpy" or not is_array(x):
         return np.asarray(x)
     if mod == "torch":
         t = x.detach().cpu()

@@ -34,7 +34,7 @@ def check_int(value: Any, name: str, *, minimum: int | None = None, even: bool =
     what = "a positive even integer" if even else "an integer"
     if minimum is not None and not even:
         what = f"an integer >= {minimum}"
-    if isinstance(value, bool) or isinstance(value, float):
+    if isinstance(value, (bool, float)):
         raise TypeError(f"{name} must be {what}, got {value!r}")
     try:
         v = operator.index(value)
@@ -45,16 +45,8 @@ def check_int(value: Any, name: str, *, minimum: int | None = None, even: bool =
     return int(v)
 
 
-def check_float(
-    value: Any,
-    name: str,
-    *,
-    minimum: float | None = None,
-    above: float | None = None,
-    allow_inf: bool = False,
-) -> float:
-    """``value`` as a Python float: a real number (not a bool), finite unless ``allow_inf``,
-    ``>= minimum`` and ``> above`` where given."""
+def check_float(value: Any, name: str, *, minimum: float | None = None, above: float | None = None) -> float:
+    """``value`` as a finite Python float (not a bool), ``>= minimum`` and ``> above`` where given."""
     if isinstance(value, (bool, str, bytes)) or value is None:
         raise TypeError(f"{name} must be a real number, got {value!r}")
     try:
@@ -62,19 +54,10 @@ def check_float(
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}") from None
     v = float.fromhex(v.hex())
-    bad = math.isnan(v) or (math.isinf(v) and not allow_inf)
-    if minimum is not None and not v >= minimum:
-        bad = True
-    if above is not None and not v > above:
-        bad = True
-    if bad:
-        bounds = []
-        if minimum is not None:
-            bounds.append(f">= {minimum:g}")
-        if above is not None:
-            bounds.append(f"> {above:g}")
-        rule = " and ".join(["finite", *bounds]) if not allow_inf else " and ".join(bounds or ["a number"])
-        raise ValueError(f"{name} must be {rule}, got {value!r}")
+    within = (minimum is None or v >= minimum) and (above is None or v > above)
+    if math.isnan(v) or math.isinf(v) or not within:
+        bounds = [f"{op} {b:g}" for op, b in ((">=", minimum), (">", above)) if b is not None]
+        raise ValueError(f"{name} must be {' and '.join(['finite', *bounds])}, got {value!r}")
     return v
 
 
@@ -89,7 +72,7 @@ def check_bool(value: Any, name: str) -> bool:
 
 def check_choice(value: Any, name: str, choices: Sequence[T]) -> T:
     """``value`` must be one of ``choices`` (compared with ``==``, so only plain values)."""
-    if isinstance(value, str) or value is None or isinstance(value, (int, float)):
+    if value is None or isinstance(value, (str, int, float)):
         for c in choices:
             if value == c and type(value) is type(c):
                 return c
@@ -186,7 +169,7 @@ def not_dense(name: str, layout: Any) -> TypeError:
 
 
 def check_known_dim(n: Any, name: str) -> int:
-    if n is None or (isinstance(n, float) and math.isnan(n)):
+    if not _known(n):
         raise ValueError(
             f"{name} has an unknown length; rotary needs it known "
             "(for Dask, call .compute_chunk_sizes() first)"
@@ -204,13 +187,10 @@ def check_head_array(x: Any, xp: Namespace, name: str, head_dim: int) -> None:
 
 
 def check_same_dtype(arrays: Sequence[tuple[str, Array]]) -> None:
-    _, a0 = arrays[0]
-    rest = arrays[1:]
-    for n, a in rest:
-        if a.dtype != a0.dtype:
-            names = ", ".join(n for n, _ in arrays)
-            dts = ", ".join(dtype_name(a.dtype) for _, a in arrays)
-            raise TypeError(f"{names} must have the same dtype, got {dts}")
+    if any(a.dtype != arrays[0][1].dtype for _, a in arrays[1:]):
+        names = ", ".join(n for n, _ in arrays)
+        dts = ", ".join(dtype_name(a.dtype) for _, a in arrays)
+        raise TypeError(f"{names} must have the same dtype, got {dts}")
 
 
 def check_qkv(arrays: Sequence[tuple[str, Array, str]], xp: Namespace) -> None:
@@ -265,13 +245,8 @@ def check_qk(q: Array, k: Array, *, seq_axis: int | None = None) -> None:
 
 def check_broadcast(pos_shape: tuple[Any, ...], lead: tuple[Any, ...], pos_name: str, x_name: str) -> None:
     """``pos`` must broadcast *to* ``x.shape[:-1]`` (it may not add or grow axes)."""
-    ok = len(pos_shape) <= len(lead)
-    if ok:
-        for p, t in zip(reversed(pos_shape), reversed(lead), strict=False):
-            if _known(p) and _known(t) and p not in (1, t):
-                ok = False
-                break
-    if not ok:
+    pairs = zip(reversed(pos_shape), reversed(lead), strict=False)
+    if len(pos_shape) > len(lead) or any(_known(p) and _known(t) and p not in (1, t) for p, t in pairs):
         raise ValueError(
             f"{pos_name} of shape {tuple(pos_shape)} does not broadcast to "
             f"{x_name}.shape[:-1] = {tuple(lead)}; positions are broadcast against every axis "
@@ -298,8 +273,7 @@ def broadcast_shapes(*shapes: tuple[Any, ...], names: str) -> tuple[Any, ...]:
 
 def check_same_device(devices: Sequence[tuple[str, Any]]) -> None:
     n0, d0 = devices[0]
-    rest = devices[1:]
-    for n, d in rest:
+    for n, d in devices[1:]:
         if d != d0:
             raise ValueError(
                 f"{n} is on device {d} but {n0} is on device {d0}; move them to one device first"
