@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from .._lib._typing import Array, Layout
-from .._math._angles import DIGIT_BITS, RADIX
+from .._lib._typing import Array, Layout, Namespace
+from .._math._angles import DIGIT_BITS, LEVELS, RADIX, magnitude
 
-__all__ = ["Ops", "exact_int", "rotate"]
+__all__ = ["Ops", "exact", "rotate"]
 
 #: Bytes of one block: operands of a block stay in the L2 cache between passes.
 BLOCK_BYTES = 1 << 18
@@ -93,6 +93,19 @@ def rotate(x: Array, c: Array, s: Array, layout: Layout, rotary_dim: int, ops: O
 
 
 # -- the exact angles' gathers -------------------------------------------------------------------
+def exact(
+    pos: Array, tables: Array, levels: int, nonneg: bool, ops: Ops, xp: Namespace
+) -> tuple[Array, Array]:
+    """:func:`rotary._math._angles.exact_cos_sin` of integer positions ``pos`` (any shape):
+    :func:`exact_int` of their magnitudes, the sign of sin applied as the generic code does."""
+    mag, negative = magnitude(xp.reshape(pos, (-1,)), xp=xp, wide_int=True)
+    c, s = exact_int(mag, tables, levels if nonneg else LEVELS, ops)
+    if not nonneg and negative is not None:
+        s = s * (1.0 - 2.0 * xp.astype(negative, s.dtype))[:, None]
+    n = tables.shape[-1]
+    return xp.reshape(c, (*pos.shape, n)), xp.reshape(s, (*pos.shape, n))
+
+
 def exact_int(mag: Array, tables: Array, levels: int, ops: Ops) -> tuple[Array, Array]:
     """cos and sin, each ``(P, n)``, of the non-negative integers ``mag`` (1-D): the digit
     gathers and angle-addition products of :func:`rotary._math._angles.exact_cos_sin`,

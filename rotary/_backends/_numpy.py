@@ -14,7 +14,6 @@ import numpy as np
 
 from .._lib._cache import fast_paths_enabled
 from .._lib._typing import Array, DType, Layout
-from .._math._angles import LEVELS, magnitude
 from . import _eager
 from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, _check_host
 
@@ -135,12 +134,7 @@ class NumpyBackend(Backend):
     ) -> tuple[Array, Array]:
         if not (checked and fast_paths_enabled() and _plain(pos, tables)) or pos.dtype.kind not in "iu":
             return super()._exact(pos, tables, w, dtype, levels, nonneg, checked=checked)
-        mag, negative = magnitude(pos.reshape(-1), xp=self.xp, wide_int=True)
-        c, s = _eager.exact_int(mag, tables, levels if nonneg else LEVELS, _ops(tables.dtype))
-        if not nonneg and negative is not None:
-            s = s * (1.0 - 2.0 * negative.astype(s.dtype))[:, None]  # as the generic code
-        n = tables.shape[-1]
-        return c.reshape((*pos.shape, n)), s.reshape((*pos.shape, n))
+        return _eager.exact(pos, tables, levels, nonneg, _ops(tables.dtype), self.xp)
 
     def _take_rows(self, table: Array, idx: Array) -> Array:
         if _plain(table, idx):

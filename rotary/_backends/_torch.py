@@ -34,7 +34,6 @@ import torch
 from .._lib import _validation as v
 from .._lib._cache import fast_paths_enabled, get_or_build
 from .._lib._typing import Array, Device, DType, Layout, Namespace
-from .._math._angles import LEVELS, magnitude
 from . import _eager
 from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder
 
@@ -388,12 +387,7 @@ class TorchBackend(Backend):
     ) -> tuple[Array, Array]:
         if not checked or pos.dtype.is_floating_point or not (self._eager_ok(pos) and self._eager_ok(tables)):
             return super()._exact(pos, tables, w, dtype, levels, nonneg, checked=checked)
-        mag, negative = magnitude(pos.reshape(-1), xp=self.xp, wide_int=True)
-        c, s = _eager.exact_int(mag, tables, levels if nonneg else LEVELS, _ops(tables.dtype, tables.device))
-        if not nonneg and negative is not None:
-            s = s * (1.0 - 2.0 * negative.to(s.dtype))[:, None]  # as the generic code
-        n = tables.shape[-1]
-        return c.reshape((*pos.shape, n)), s.reshape((*pos.shape, n))
+        return _eager.exact(pos, tables, levels, nonneg, _ops(tables.dtype, tables.device), self.xp)
 
     def _take_rows(self, table: Array, idx: Array) -> Array:
         # (indices are checked or digits: non-negative; index_select takes int32/int64 only)
