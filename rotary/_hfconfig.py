@@ -733,9 +733,10 @@ def _type_spec(cfg: _Cfg, layer_type: str | None, angles: AngleMethod) -> LayerS
     uses = cfg.uses_rope
     if layer_type is None:
         if nested:
-            if cfg.family == "cohere2" or len(nested) > 1:
-                raise _pass_layer_type(list(nested))
-            layer_type = nested[0]
+            kinds = list(nested)
+            if cfg.family == "cohere2" or len(kinds) > 1:
+                raise _pass_layer_type(kinds)
+            layer_type = kinds[0]
     else:
         known = set(types or ()) | set(nested)
         if not known:
