@@ -26,6 +26,7 @@ blocks (Dask).  Running sums in float32 or better; the output in the input dtype
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, overload
@@ -116,7 +117,8 @@ def combine(*states: LinearAttentionState) -> LinearAttentionState:
 
 
 # -- arguments ---------------------------------------------------------------------------------
-class _UserMap(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class _UserMap:
     """A user callable ``phi(x)`` as ``phi(x, xp)``; equal when the callable is (jit cache key)."""
 
     fn: Callable[[Array], Array]
@@ -145,8 +147,7 @@ def _phi(feature_map: Any, similarity: Similarity) -> tuple[Callable[[Array, Nam
             )
         return FEATURE_MAPS[feature_map], feature_map in _linear.NONNEGATIVE_MAPS
     if callable(feature_map):
-        phi: Callable[[Array, Namespace], Array] = _UserMap(feature_map).__call__
-        return phi, False
+        return _UserMap(feature_map), False  # (equal maps give equal jit cache keys)
     raise TypeError(f"feature_map must be a name or a callable, got {type(feature_map).__name__}")
 
 
@@ -180,6 +181,11 @@ def _state_arrays(
             )
         if not chk.is_floating(xp, a.dtype):
             raise TypeError(f"{name} must be floating, got {chk.dtype_name(a.dtype)}")
+        if a.dtype != S.dtype:
+            raise TypeError(
+                f"state.S and state.z must share a dtype, got {chk.dtype_name(S.dtype)} and "
+                f"{chk.dtype_name(a.dtype)}"
+            )
         if tuple(a.shape) != want:
             raise ValueError(
                 f"{name} has shape {tuple(a.shape)} but these keys/values need {want} (leading axes, "
@@ -269,11 +275,13 @@ def _check_nonnegative(be: Backend, arrays: list[tuple[str, Array | None]]) -> N
             )
 
 
-def _namespace(q: Any, k: Any, v_: Any) -> Namespace:
-    """The namespace of ``q`` (``None`` for a state), ``k`` and ``v_``, checked as arrays."""
-    arrays = [("k", k, "(..., seq, d)"), ("v", v_, "(..., seq, d_v)")]
-    if q is not None:
-        arrays.insert(0, ("q", q, "(..., seq, d)"))
+def _namespace(*q: Any, k: Any, v_: Any) -> Namespace:
+    """The namespace of ``q`` (none for a state), ``k`` and ``v_``, checked as arrays."""
+    arrays = [
+        *(("q", x, "(..., seq, d)") for x in q),
+        ("k", k, "(..., seq, d)"),
+        ("v", v_, "(..., seq, d_v)"),
+    ]
     for name, x, what in arrays:
         chk.check_array(x, name, what)
     xp = array_namespace(*(x for _, x, _ in arrays), names=tuple(n for n, _, _ in arrays))
@@ -309,7 +317,7 @@ def linear_attention_state(
     >>> st.S.shape, st.z.shape, st.offset
     ((2, 8, 3), (2, 8), 5)
     """
-    xp = _namespace(None, k, v)
+    xp = _namespace(k=k, v_=v)
     chunk, _ = _prepare(None, k, v, pos, None, rope, feature_map, similarity, 1.0, key_mask, None, xp)
     kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
     st = _linear.chunk_state(chunk, xp)
@@ -494,7 +502,7 @@ def linear_attention(
     >>> bool(np.allclose(np.concatenate(outs, axis=-2), out, atol=1e-5)), st.offset
     (True, 16)
     """
-    xp = _namespace(q, k, v)
+    xp = _namespace(q, k=k, v_=v)
     causal = chk.check_bool(causal, "causal")
     if causal and q.shape[-2] != k.shape[-2]:
         raise ValueError(

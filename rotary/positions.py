@@ -353,7 +353,9 @@ def mrope_position_ids(
             )
         sec_iter = iter(secs.tolist())
     else:
-        sec_iter = iter([1] * tt.shape[1])  # transformers' default: one per token, shared by the batch
+        # 1 per video (transformers' iter([1] * seq_len) runs out, StopIteration, after as many
+        # videos in the batch as token columns; where it does not, the same numbers)
+        sec_iter = itertools.repeat(1)
     iters = {1: iter(grids[1].tolist()), 2: iter(grids[2].tolist())}
     out = np.zeros((3, *tt.shape), dtype=np.int64)
     deltas = np.zeros((tt.shape[0], 1), dtype=np.int64)

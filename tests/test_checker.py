@@ -155,6 +155,14 @@ def test_raising_implementation_fails_every_property_with_the_error():
     assert "RuntimeError: no negative positions" in rep["inverse"].message
 
 
+def test_non_array_output_is_reported_as_such_by_every_property_that_reads_it():
+    # Regression: the dtype property read out.dtype itself and blamed rotate_fn for the
+    # checker's own AttributeError (with a line number inside the checker).
+    rep = _fails(check_rope(lambda x, p: 3), *(n for n in PROPERTIES if n != "no_mutation"))
+    for name in ("dtype", "matrix_form"):
+        assert rep[name].message.startswith("rotate_fn returned a int, not an array"), rep[name].message
+
+
 # -- real peers ----------------------------------------------------------------------------
 def test_hugging_face_llama_passes():
     torch = pytest.importorskip("torch")

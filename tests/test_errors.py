@@ -372,6 +372,18 @@ def test_22_linear_attention_states(rng):
         rotary.linear_attention(q, q, q, np.arange(4), state=tst)
 
 
+def test_22b_state_parts_share_a_dtype_and_q_is_checked(rng):
+    # Regressions: a state with S and z of different dtypes was half cast (only S picked the
+    # compute dtype), and linear_attention(None, k, v) failed with an AttributeError.
+    q = _x(rng, (2, 4, 8))
+    st = rotary.linear_attention_state(q, q, np.arange(4))
+    for S, z in ((st.S, st.z.astype(np.float64)), (st.S.astype(np.float64), st.z)):
+        with pytest.raises(TypeError, match=r"state\.S and state\.z must share a dtype"):
+            rotary.linear_attention(q, q, q, np.arange(4), state=rotary.LinearAttentionState(S, z, 4))
+    with pytest.raises(TypeError, match="q must be an array"):
+        rotary.linear_attention(None, q, q, np.arange(4))
+
+
 def test_23_huge_torch_and_bfloat16_numpy_positions(rng):
     torch = pytest.importorskip("torch")
     with pytest.raises(ValueError, match=r"pos contains \|position\| >= 2\*\*36"):

@@ -423,6 +423,34 @@ def test_jax_jit_traces_positions_and_state(rng):
     assert len(traces) == 1
 
 
+def test_jax_user_feature_map_compiles_once(rng):
+    # Regression: the user's map went into the jit cache key as a fresh bound method each call
+    # (never equal), so every call traced and compiled again and the cache grew.
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    compiles: list[str] = []
+    listening = [True]
+
+    def listen(event, duration, **kw):
+        if listening[0] and event.endswith("backend_compile_duration"):
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        q, k, v = (jnp.asarray(rng.normal(size=(2, 8, 4)), dtype=jnp.float32) for _ in range(3))
+
+        def phi(x):
+            return jnp.exp(x)
+
+        first = rotary.linear_attention(q, k, v, np.arange(8), feature_map=phi)
+        n = len(compiles)
+        again = rotary.linear_attention(q, k, v, np.arange(8), feature_map=phi)
+    finally:
+        listening[0] = False
+    assert n > 0 and len(compiles) == n
+    assert_close(again, np.asarray(first, dtype=np.float64), dtype="float32", ulps=0)
+
+
 def test_torch_compile_fullgraph(rng):
     torch = pytest.importorskip("torch")
     q, k, v = (torch.tensor(rng.normal(size=(1, 2, 8, 8)), dtype=torch.float32) for _ in range(3))

@@ -279,6 +279,19 @@ def test_mrope_position_ids_errors():
         positions.mrope_position_ids(types, [[1, 4, 4]], second_per_grid_ts=[1.0])
 
 
+def test_mrope_position_ids_default_video_seconds_for_many_videos():
+    # Regression: the default second_per_grid_ts ran out after as many videos as token
+    # columns (transformers' iter([1] * seq_len)) and a bare StopIteration escaped.
+    tt = np.array([[2, 2, 0, 2, 2, 0]] * 4)  # 8 videos of 2 frames, 6 token columns
+    grid = [[2, 1, 1]] * 8
+    pid, _ = positions.mrope_position_ids(tt, None, grid, spatial_merge_size=1, tokens_per_second=2.0)
+    np.testing.assert_array_equal(np.asarray(pid)[0], [[0, 2, 1, 2, 4, 3]] * 4)  # frames 2 apart
+    secs = positions.mrope_position_ids(
+        tt, None, grid, spatial_merge_size=1, tokens_per_second=2.0, second_per_grid_ts=[1.0] * 8
+    )[0]
+    np.testing.assert_array_equal(np.asarray(pid), np.asarray(secs))
+
+
 @pytest.mark.parametrize("name", ["Qwen2-VL", "Qwen2.5-VL", "Qwen3-VL"])
 def test_mrope_index_equals_transformers_get_rope_index(name):
     torch = pytest.importorskip("torch")

@@ -197,12 +197,16 @@ class _Ctx:
         x = self.arr(np.random.default_rng(seed).normal(size=(1, 2, _SEQ, self.d)))
         return x, self.host(x)
 
-    def rot(self, x: Any, pos_host: Any) -> np.ndarray:
-        """Call ``rotate_fn`` and return its result on the host in float64 (shape checked)."""
-        out = self.fn(x, self.positions(pos_host))
+    def call(self, x: Any, pos: Any) -> Any:
+        """``rotate_fn(x, pos)``, which must return an array."""
+        out = self.fn(x, pos)
         if not is_array(out):
             raise _Fail(f"rotate_fn returned a {type(out).__name__}, not an array (of the input's library)")
-        h = self.host(out)
+        return out
+
+    def rot(self, x: Any, pos_host: Any) -> np.ndarray:
+        """Call ``rotate_fn`` and return its result on the host in float64 (shape checked)."""
+        h = self.host(self.call(x, self.positions(pos_host)))
         if h.shape != tuple(x.shape):
             raise _Fail(f"rotate_fn returned shape {h.shape} for input shape {tuple(x.shape)}")
         return h
@@ -347,7 +351,7 @@ def _p_norm(ctx: _Ctx) -> PropertyResult:
 def _p_inverse(ctx: _Ctx) -> PropertyResult:
     pos = _MATRIX_POS + np.array([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3000, 65536])
     x, xh = ctx.data(7)
-    once = ctx.fn(x, ctx.positions(pos))
+    once = ctx.call(x, ctx.positions(pos))
     back = ctx.rot(once, -pos)
     scale = _scale(xh)
     tol = ctx.base_tol + 2 * ctx.allowance(pos)[None, None, :, None]
@@ -358,7 +362,7 @@ def _p_composition(ctx: _Ctx) -> PropertyResult:
     a = _MATRIX_POS
     b = np.array([5, 0, 1, 700, 4096, 3, 2, 1, 100, 9, 11, 2000, 60000, 31, 1, 7])
     x, xh = ctx.data(8)
-    twice = ctx.rot(ctx.fn(x, ctx.positions(a)), b)
+    twice = ctx.rot(ctx.call(x, ctx.positions(a)), b)
     once = ctx.rot(x, a + b)
     scale = _scale(xh)
     tol = 2 * ctx.base_tol + ctx.allowance(np.abs(a) + np.abs(b) + np.abs(a + b))[None, None, :, None]
@@ -404,7 +408,7 @@ def _p_layout(ctx: _Ctx) -> PropertyResult:
 
 def _p_dtype(ctx: _Ctx) -> PropertyResult:
     x, _ = ctx.data(9)
-    out = ctx.fn(x, ctx.positions(np.arange(_SEQ)))
+    out = ctx.call(x, ctx.positions(np.arange(_SEQ)))
     msgs = []
     if _dtype_name(out.dtype) != ctx.dname:
         msgs.append(f"returned dtype {out.dtype} for {ctx.dname} input")
