@@ -82,7 +82,7 @@ def attention(
         chk.check_array(x, name, what)
     xp = array_namespace(q, k, v, mask, names=("q", "k", "v", "mask"))
     be = backend_for(xp)
-    chk.check_qkv(arrays, xp)
+    chk.check_qkv(arrays)
     be.check_dense([("q", q), ("k", k), ("v", v)])
     be.check_devices([("q", q), ("k", k), ("v", v)])
     causal = chk.check_bool(causal, "causal")
@@ -96,7 +96,7 @@ def attention(
     if mask is not None:
         if not is_array(mask):
             raise TypeError(f"mask must be a boolean or floating array, got {type(mask).__name__}")
-        if not (xp.isdtype(mask.dtype, "bool") or chk.is_floating(xp, mask.dtype)):
+        if not (xp.isdtype(mask.dtype, "bool") or chk.is_floating(mask.dtype)):
             raise TypeError(
                 f"mask must be boolean (True = attend) or floating (added to the logits), got "
                 f"{chk.dtype_name(mask.dtype)}; for a 0/1 integer mask pass mask.astype(bool)"

@@ -50,7 +50,7 @@ def decay_bound(distance: Any, dim: int, base: float = 10000.0) -> Array:
     dev = be.creation_device(distance) if is_array(distance) else None
     be.position_shape(distance, name="distance")
     r, _ = be.positions(distance, name="distance", device=dev)
-    if v.is_floating(xp, r.dtype):
+    if v.is_floating(r.dtype):
         out_dtype = r.dtype
     else:
         out_dtype = xp.__array_namespace_info__().default_dtypes(device=dev)["real floating"]

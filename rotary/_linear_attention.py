@@ -179,7 +179,7 @@ def _state_arrays(
                 f"{name} is a {type(a).__module__}.{type(a).__name__} but q, k, v are "
                 f"{library_name(xp)} arrays"
             )
-        if not chk.is_floating(xp, a.dtype):
+        if not chk.is_floating(a.dtype):
             raise TypeError(f"{name} must be floating, got {chk.dtype_name(a.dtype)}")
         if a.dtype != S.dtype:
             raise TypeError(
@@ -285,7 +285,7 @@ def _namespace(*q: Any, k: Any, v_: Any) -> Namespace:
     for name, x, what in arrays:
         chk.check_array(x, name, what)
     xp = array_namespace(*(x for _, x, _ in arrays), names=tuple(n for n, _, _ in arrays))
-    chk.check_qkv(arrays, xp)
+    chk.check_qkv(arrays)
     be = backend_for(xp)
     be.check_dense([(n, x) for n, x, _ in arrays])
     be.check_devices([(n, x) for n, x, _ in arrays])

@@ -112,7 +112,7 @@ class Rotary:
         xp = as_namespace(xp) if xp is not None else array_namespace(pos)  # (NumPy for Python values)
         be = backend_for(xp)
         dtype = xp.float32 if dtype is None else dtype
-        if not v.is_floating(xp, dtype):
+        if not v.is_floating(dtype):
             raise TypeError(f"dtype must be a real floating dtype, got {v.dtype_name(dtype)}")
         full = v.check_bool(full, "full")
         if device is None and is_array(pos) and library_name(array_namespace(pos)) == be.name:
@@ -148,7 +148,7 @@ class Rotary:
         be = backend_for(xp)
         sig = be.signature(x, pos)
         if sig is None or not memo_has((self, "rotate", sig)):
-            v.check_head_array(x, xp, "x", self.head_dim)
+            v.check_head_array(x, "x", self.head_dim)
             be.check_dense([("x", x)])
             self._check_positions(be, pos, x, "pos", "x")
             if sig is not None:
@@ -211,11 +211,10 @@ class Rotary:
     def _check_apply(self, be: Backend, q: Array, k: Array, pos: Any, k_pos: Any) -> None:
         """Every check of ``apply`` that depends on the arguments' types, shapes, dtypes and
         devices only (the position values are checked on every call)."""
-        xp = be.xp
-        v.check_head_array(q, xp, "q", self.head_dim)
+        v.check_head_array(q, "q", self.head_dim)
         v.check_array(k, "k")
         v.check_qk(q, k, seq_axis=None if k_pos is None else q.ndim - 2)
-        v.check_head_array(k, xp, "k", self.head_dim)
+        v.check_head_array(k, "k", self.head_dim)
         be.check_dense([("q", q), ("k", k)])
         v.check_same_dtype([("q", q), ("k", k)])
         be.check_devices([("q", q), ("k", k)])
@@ -408,7 +407,7 @@ class RoPE(Rotary):
             return w.copy()
         be = backend_for(xp)
         dtype = be.widest_float(device) if dtype is None else dtype
-        if not v.is_floating(xp, dtype):
+        if not v.is_floating(dtype):
             raise TypeError(f"dtype must be a real floating dtype, got {v.dtype_name(dtype)}")
         return xp.asarray(np.array(w), dtype=dtype, device=device)
 

@@ -138,7 +138,7 @@ def dtype_name(dtype: Any) -> str:
     return s.strip("'\"<>()").rsplit(".", 1)[-1].strip("'\"<>()")
 
 
-def is_floating(xp: Namespace, dtype: Any) -> bool:
+def is_floating(dtype: Any) -> bool:
     """The floating dtypes rotary computes with: float16, bfloat16 (NumPy's ``ml_dtypes``
     one too), float32, float64 (not ``longdouble``: rotary would compute it in float64 at best)."""
     return dtype_name(dtype) in FLOAT_NAMES
@@ -156,8 +156,8 @@ def check_array(x: Any, name: str, what: str = "(..., head_dim)") -> None:
         raise ValueError(f"{name} must be an array of shape {what}, got a 0-d array")
 
 
-def check_floating(x: Array, xp: Namespace, name: str) -> None:
-    if not is_floating(xp, x.dtype):
+def check_floating(x: Array, name: str) -> None:
+    if not is_floating(x.dtype):
         raise TypeError(
             f"{name} must be a real floating array (float16, bfloat16, float32 or float64), "
             f"got {dtype_name(x.dtype)}"
@@ -177,10 +177,10 @@ def check_known_dim(n: Any, name: str) -> int:
     return n  # pyright: ignore[reportReturnType]  (an int here: a known length)
 
 
-def check_head_array(x: Any, xp: Namespace, name: str, head_dim: int) -> None:
+def check_head_array(x: Any, name: str, head_dim: int) -> None:
     """``x`` is a dense real floating array whose last axis is ``head_dim``."""
     check_array(x, name)
-    check_floating(x, xp, name)
+    check_floating(x, name)
     d = check_known_dim(x.shape[-1], f"{name}.shape[-1]")
     if d != head_dim:
         raise ValueError(f"{name}.shape[-1] must equal head_dim={head_dim}, got shape {tuple(x.shape)}")
@@ -193,11 +193,11 @@ def check_same_dtype(arrays: Sequence[tuple[str, Array]]) -> None:
         raise TypeError(f"{names} must have the same dtype, got {dts}")
 
 
-def check_qkv(arrays: Sequence[tuple[str, Array, str]], xp: Namespace) -> None:
+def check_qkv(arrays: Sequence[tuple[str, Array, str]]) -> None:
     """``(name, array, shape)`` of (``q``,) ``k``, ``v`` for attention: real floating, at least
     two axes, one dtype; ``k`` and ``v`` share the sequence length, ``q`` and ``k`` the feature dim."""
     for name, x, what in arrays:
-        check_floating(x, xp, name)
+        check_floating(x, name)
         if x.ndim < 2:
             raise ValueError(f"{name} must have shape {what}, got shape {tuple(x.shape)}")
     *qs, (_, k, _), (_, v, _) = arrays

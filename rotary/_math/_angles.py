@@ -197,7 +197,7 @@ def exact_cos_sin(
     shape = tuple(pos.shape)
     flat = xp.reshape(pos, (-1,))
     frac = negative = top_negative = valid = None
-    if is_floating(xp, flat.dtype):
+    if is_floating(flat.dtype):
         if dtype_name(flat.dtype) in ("float16", "bfloat16"):
             flat = xp.astype(flat, xp.float32)  # exact
         if not checked:
