@@ -129,7 +129,9 @@ def attention(
         vc = xp.where(visible[..., None], vc, xp.zeros_like(vc))
     kt = xp.matrix_transpose(kc)
     if block_size is None:
-        rows = math.prod(int(s) for s in lead)
+        rows = 1
+        for s in lead:  # (a loop: torch.compile(fullgraph=True) cannot trace math.prod of a generator)
+            rows *= int(s)
         block_size = max(1, min(n, _BLOCK_ELEMENTS // max(1, rows * m)))
     jdx = xp.arange(m, device=dev)
     outs = []

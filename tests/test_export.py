@@ -85,6 +85,17 @@ FUNCS = {
 }
 
 
+def test_attention_under_torch_compile_fullgraph(rng):
+    # Regression: the default block size was computed with math.prod over a generator, which
+    # fullgraph tracing refuses (the softmax loop itself specialises on the sequence length).
+    torch = pytest.importorskip("torch")
+    torch._dynamo.reset()
+    q, k, v = (torch.from_numpy(_x(rng, (2, 3, 9, 16))) for _ in range(3))
+    pos = torch.arange(9) + 4
+    fn = torch.compile(rotary.attention, fullgraph=True, backend="eager")
+    assert_close(fn(q, k, v, pos, causal=True), rotary.attention(q, k, v, pos, causal=True), ulps=0)
+
+
 @pytest.mark.parametrize("dynamic", [True, None], ids=["dynamic", "automatic"])
 @pytest.mark.parametrize("name", list(FUNCS))
 def test_torch_compile_fullgraph_recompiles_at_most_once(name, dynamic, rng):
