@@ -122,6 +122,8 @@ def _packed(x: Any, name: str, total: Any, xp: Any, device: Device, *, cu: bool)
         raise ValueError("cu_seqlens must have n_docs + 1 >= 1 entries, got none")
     device = be.creation_device(arr) if device is None else device
     n = _total(be, arr, name, total, cu=cu)
+    if n > xp.iinfo(arr.dtype).max:  # sums and positions up to n: a dtype that holds them
+        arr = xp.astype(arr, _int_dtype(be, device))
     if cu:
         starts, ends = arr[:-1], arr[1:]
     else:
@@ -138,7 +140,7 @@ def _packed(x: Any, name: str, total: Any, xp: Any, device: Device, *, cu: bool)
         doc = xp.sum(xp.astype(ends[None, :] <= t[:, None], dt), axis=1, dtype=dt)
     inside = doc < n_docs
     doc = xp.clip(doc, max=n_docs - 1)
-    start = xp.take(starts, xp.astype(doc, dt), axis=0)
+    start = xp.take(starts, xp.astype(doc, _int_dtype(be, device)), axis=0)  # (torch: int32/64 indices)
     return xp.where(inside, t - start, xp.zeros_like(t))
 
 
@@ -159,8 +161,8 @@ def from_lengths(lengths: Any, *, total: int | None = None, xp: Any = None, devi
     Returns
     -------
     array
-        Shape ``(total,)``, the integer dtype of ``lengths`` (int64 for host values where the
-        library has it).
+        Shape ``(total,)``, the integer dtype of ``lengths`` where it holds ``total`` (else, and
+        for host values, int64 where the library has it, else int32).
 
     Examples
     --------

@@ -44,6 +44,26 @@ def test_packed_positions(backend):
         assert type(got) is type(_ints(backend, cu))
 
 
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16"])
+def test_packed_positions_of_narrow_integer_dtypes(backend, dtype):
+    # Regression: the running sums and positions were kept in the lengths' dtype and wrapped
+    # (int8 [100, 100] gave position -126 for 30) or, on torch, failed in index_select.
+    lengths = [100, 27, 100] if dtype == "int8" else [200, 27, 100]
+    cu = np.concatenate([[0], np.cumsum(lengths)])
+    total = sum(lengths)
+    try:
+        arr = backend.asarray(np.asarray(lengths), dtype)
+    except (TypeError, ValueError, AttributeError):
+        pytest.skip(f"{backend.name} has no {dtype}")
+    got = positions.from_lengths(arr, total=total if backend.lazy else None)
+    np.testing.assert_array_equal(_host(backend, got), _packed_ref(lengths))
+    if int(cu[-1]) <= np.iinfo(dtype).max:
+        got = positions.from_cu_seqlens(backend.asarray(cu, dtype), total=total + 50)
+        np.testing.assert_array_equal(_host(backend, got), _packed_ref(lengths, total + 50))
+    short = positions.from_lengths(backend.asarray(np.asarray([3, 1]), dtype), total=4)
+    assert backend.to_numpy(short).dtype == np.dtype(dtype)  # positions that fit keep the dtype
+
+
 def test_packed_positions_from_host_values_and_errors():
     np.testing.assert_array_equal(positions.from_lengths([2, 3]), [0, 1, 0, 1, 2])
     np.testing.assert_array_equal(positions.from_cu_seqlens((0, 2, 5), total=6), [0, 1, 0, 1, 2, 0])
