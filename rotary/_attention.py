@@ -112,7 +112,7 @@ def attention(
                 f"mask of shape {tuple(mask.shape)} does not broadcast to the scores (..., N, M) = "
                 f"{(*lead, n, m)}"
             ) from None
-    rope = default_rope(be, rope, pos, d)
+    rope = default_rope(be, rope, pos, d, k_pos)
     cdt = be.compute_dtype(q.dtype)
     dev = be.creation_device(q)
     qc, kc, vc = (x if x.dtype == cdt else xp.astype(x, cdt) for x in (q, k, v))

@@ -232,7 +232,7 @@ def _prepare(
         raise ValueError(f"feature_map gives {fq.shape[-1]} features for q but {width} for k")
     if not nonneg and not plan.cosine:
         _check_nonnegative(be, [("phi(k)", fk), ("phi(q)", fq)])
-    r = default_rope(be, rope, pos, width)
+    r = default_rope(be, rope, pos, width, k_pos)
     if r is not None and not getattr(r, "static", True):
         raise ValueError(
             "rope has a scaling that depends on the sequence length; linear attention needs "

@@ -512,9 +512,13 @@ def rope_of(
     return interned(be.eager(_make, head_dim, base, layout, rotary_dim, scaling, angles, partial))
 
 
-def default_rope(be: Backend, rope: Any, pos: Any, width: int, name: str = "rope") -> RotaryEmbedding | None:
+def default_rope(
+    be: Backend, rope: Any, pos: Any, width: int, k_pos: Any = None, name: str = "rope"
+) -> RotaryEmbedding | None:
     """``rope`` checked against the feature ``width`` it rotates; ``RoPE(width)`` when only
-    ``pos`` is given; ``None`` when neither is."""
+    ``pos`` is given; ``None`` when neither is (``k_pos`` alone is an error)."""
+    if pos is None and k_pos is not None:
+        raise ValueError("k_pos= given without pos=: pass the queries' positions too (or neither)")
     if rope is None:
         if pos is None:
             return None

@@ -592,6 +592,10 @@ def test_attention_errors(backend, rng):
         rotary.attention(q, k, v, pos, block_size=0)
     with pytest.raises(ValueError, match="even"):
         rotary.attention(q[..., :7], k[..., :7], v, pos)
+    # Regression: k_pos without pos was ignored (no rotation at all, no error).
+    for fn in (rotary.attention, rotary.linear_attention):
+        with pytest.raises(ValueError, match="k_pos= given without pos="):
+            fn(q, k, v, k_pos=pos)
 
 
 @settings(max_examples=15, deadline=None)
