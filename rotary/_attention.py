@@ -105,13 +105,11 @@ def attention(
             raise ValueError(
                 f"mask must broadcast to (..., N, M) = (..., {n}, {m}), got shape {tuple(mask.shape)}"
             )
-        try:
-            chk.broadcast_shapes(tuple(mask.shape), (*lead, n, m), names="mask and the scores")
-        except ValueError:
+        if not chk.broadcasts_to(tuple(mask.shape), (*lead, n, m)):
             raise ValueError(
                 f"mask of shape {tuple(mask.shape)} does not broadcast to the scores (..., N, M) = "
                 f"{(*lead, n, m)}"
-            ) from None
+            )
     rope = default_rope(be, rope, pos, d, k_pos)
     cdt = be.compute_dtype(q.dtype)
     dev = be.creation_device(q)

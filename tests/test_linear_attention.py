@@ -592,6 +592,12 @@ def test_attention_errors(backend, rng):
         rotary.attention(q, k, v, pos, block_size=0)
     with pytest.raises(ValueError, match="even"):
         rotary.attention(q[..., :7], k[..., :7], v, pos)
+    # Regression: a mask that broadcast with the scores but not to them grew the output.
+    for shape in ((6, 4), (3, 1, 4, 4)):
+        with pytest.raises(ValueError, match="does not broadcast to the scores"):
+            rotary.attention(q, k, v, pos, mask=backend.asarray(np.zeros(shape), "float32"))
+    with pytest.raises(ValueError, match="does not broadcast to the scores"):
+        rotary.attention(q[:, :1, :], k, v, pos[:1], k_pos=pos, mask=backend.asarray(np.ones((6, 4)), "bool"))
     # Regression: k_pos without pos was ignored (no rotation at all, no error).
     for fn in (rotary.attention, rotary.linear_attention):
         with pytest.raises(ValueError, match="k_pos= given without pos="):

@@ -243,10 +243,17 @@ def check_qk(q: Array, k: Array, *, seq_axis: int | None = None) -> None:
             )
 
 
+def broadcasts_to(shape: tuple[Any, ...], target: tuple[Any, ...]) -> bool:
+    """``shape`` broadcasts *to* ``target`` (adds no axes, grows none; unknown sizes pass)."""
+    pairs = zip(reversed(shape), reversed(target), strict=False)
+    return len(shape) <= len(target) and not any(
+        _known(p) and _known(t) and p not in (1, t) for p, t in pairs
+    )
+
+
 def check_broadcast(pos_shape: tuple[Any, ...], lead: tuple[Any, ...], pos_name: str, x_name: str) -> None:
     """``pos`` must broadcast *to* ``x.shape[:-1]`` (it may not add or grow axes)."""
-    pairs = zip(reversed(pos_shape), reversed(lead), strict=False)
-    if len(pos_shape) > len(lead) or any(_known(p) and _known(t) and p not in (1, t) for p, t in pairs):
+    if not broadcasts_to(pos_shape, lead):
         raise ValueError(
             f"{pos_name} of shape {tuple(pos_shape)} does not broadcast to "
             f"{x_name}.shape[:-1] = {tuple(lead)}; positions are broadcast against every axis "
