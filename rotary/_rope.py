@@ -405,6 +405,7 @@ class RoPE(Rotary):
             if device is not None or dtype is not None:
                 raise ValueError("device= and dtype= need xp=")
             return w.copy()
+        xp = as_namespace(xp)
         be = backend_for(xp)
         dtype = be.widest_float(device) if dtype is None else dtype
         if not v.is_floating(dtype):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -140,6 +142,17 @@ def test_rope_builds_its_tables_once():
     after = rotary.cache_info()
     assert after.misses == before.misses, "tables were rebuilt"
     assert after.hits > before.hits
+
+
+def test_inv_freq_in_every_namespace(backend):
+    # Regression: the torch module itself as xp= (and torch's default device=None) failed.
+    want = rotary.RoPE(8).inv_freq()
+    raw = importlib.import_module(
+        {"jax": "jax.numpy", "dask": "dask.array"}.get(backend.module, backend.module)
+    )
+    for xp in (backend.xp, raw):
+        w = rotary.RoPE(8).inv_freq(xp=xp, device=backend.device)
+        np.testing.assert_allclose(np.asarray(backend.to_numpy(w), dtype=np.float64), want, rtol=1.2e-7)
 
 
 def test_cos_sin_and_inv_freq():

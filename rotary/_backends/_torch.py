@@ -257,7 +257,7 @@ class TorchBackend(Backend):
         return super().positions(pos, name=name, device=device)
 
     def float_dtypes(self, device: Device) -> set[str]:
-        if torch.device(device).type == "mps":
+        if device is not None and torch.device(device).type == "mps":
             return {"float16", "bfloat16", "float32"}
         return {"float16", "bfloat16", "float32", "float64"}
 
