@@ -218,6 +218,12 @@ class Rotary:
         be.check_dense([("q", q), ("k", k)])
         v.check_same_dtype([("q", q), ("k", k)])
         be.check_devices([("q", q), ("k", k)])
+        if k_pos is not None and not self.static:
+            raise ValueError(
+                "k_pos= with a scaling that depends on the sequence length (DynamicNTK, LongRoPE) would "
+                "rotate q and k with different frequencies (scores not a function of m - n); rotate "
+                "them with shared positions, or use a static scaling"
+            )
         coord = self._check_positions(be, pos, q, "pos", "q")
         if k_pos is None:
             v.check_broadcast(coord, tuple(k.shape[:-1]), "pos", "k")

@@ -384,6 +384,21 @@ def test_22b_state_parts_share_a_dtype_and_q_is_checked(rng):
         rotary.linear_attention(None, q, q, np.arange(4))
 
 
+def test_22c_dynamic_scaling_with_key_positions_is_refused(rng):
+    # Regression: q and k took their sequence lengths from pos and k_pos separately, so a
+    # dynamic scaling rotated them with different frequencies (scores off by 0.2, silently).
+    q = _x(rng, (1, 2, 10, 8))
+    k = _x(rng, (1, 2, 40, 8))
+    for scaling in (rotary.DynamicNTK(2.0, 16), rotary.LongRoPE([1.0] * 4, [2.0] * 4, 16, factor=4.0)):
+        rope = rotary.RoPE(8, scaling=scaling)
+        with pytest.raises(ValueError, match="k_pos= with a scaling that depends on the sequence length"):
+            rope.apply(q, k, np.arange(10), k_pos=np.arange(40))
+        with pytest.raises(ValueError, match="k_pos= with a scaling that depends on the sequence length"):
+            rotary.attention(q, k, k, np.arange(10), k_pos=np.arange(40), rope=rope)
+        qr, kr = rope.apply(q, q, np.arange(10))  # shared positions: one frequency set
+        assert qr.shape == q.shape and kr.shape == q.shape
+
+
 def test_23_huge_torch_and_bfloat16_numpy_positions(rng):
     torch = pytest.importorskip("torch")
     with pytest.raises(ValueError, match=r"pos contains \|position\| >= 2\*\*36"):
