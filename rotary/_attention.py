@@ -53,7 +53,8 @@ def attention(
         Query ``i`` sees keys ``j <= i + M - N`` (aligned at the end, so a single new query
         sees the whole KV cache).
     mask : array, optional
-        Broadcasts to ``(..., N, M)``: boolean (``True`` = attend) or additive floating.  Rows
+        Broadcasts to ``(..., N, M)``: boolean (``True`` = attend) or additive floating
+        (``-inf`` hides a key as ``False`` does).  Rows
         with no visible key give 0; keys no query sees (padding) never reach the output, even
         if their values are not finite.
     scale : float, optional
@@ -120,10 +121,11 @@ def attention(
     if m == 0 or n == 0:
         return xp.zeros(out_shape, dtype=q.dtype, device=dev)
     is_bool = mask is not None and xp.isdtype(mask.dtype, "bool")
-    if mask is not None and is_bool:
-        # Keys that no query sees (padding) must not reach the output even if v holds NaN/inf
-        # there (0 * inf = NaN in the weighted sum).
-        visible = xp.any(xp.broadcast_to(mask, (*mask.shape[:-2], n, m)), axis=-2)
+    if mask is not None:
+        # Keys that no query sees (padding: False, or -inf added) must not reach the output even
+        # if v holds NaN/inf there (0 * inf = NaN in the weighted sum).
+        seen = mask if is_bool else mask != -math.inf
+        visible = xp.any(xp.broadcast_to(seen, (*mask.shape[:-2], n, m)), axis=-2)
         vc = xp.where(visible[..., None], vc, xp.zeros_like(vc))
     kt = xp.matrix_transpose(kc)
     if block_size is None:
@@ -142,10 +144,10 @@ def attention(
             keep = jdx[None, :] <= idx[:, None]
         if mask is not None:
             mb = mask[..., s:e, :] if mask.shape[-2] == n and n != 1 else mask
-            if is_bool:
-                keep = mb if keep is None else xp.logical_and(keep, mb)
-            else:
+            if not is_bool:  # additive: -inf entries hide their keys as False does
                 logits = logits + xp.astype(mb, cdt)
+                mb = mb != -math.inf
+            keep = mb if keep is None else xp.logical_and(keep, mb)
         if keep is not None:
             logits = xp.where(keep, logits, xp.full_like(logits, -math.inf))
         mx = xp.max(logits, axis=-1, keepdims=True)

@@ -179,9 +179,12 @@ def test_08_padding_never_leaks(backend, rng):
         assert np.isfinite(host).all()
         if ref is not None:
             np.testing.assert_allclose(host, ref, rtol=1e-5, atol=1e-5)
-    attn = rotary.attention(q, k, v, pos, mask=backend.asarray(np.broadcast_to(keep, (5, 5)).copy(), "bool"))
     ref = rotary.attention(qn, kn[:, :3], vn[:, :3], pos, k_pos=pos[:3])
-    np.testing.assert_allclose(backend.to_numpy(attn), ref, rtol=1e-5, atol=1e-5)
+    seen = np.broadcast_to(keep, (5, 5))
+    additive = np.where(seen, 0.0, -np.inf)  # (regression: an additive mask gave NaN everywhere)
+    for mask in (backend.asarray(seen.copy(), "bool"), backend.asarray(additive, "float32")):
+        attn = rotary.attention(q, k, v, pos, mask=mask)
+        np.testing.assert_allclose(backend.to_numpy(attn), ref, rtol=1e-5, atol=1e-5)
 
 
 def test_09_integer_output_dtypes_are_refused():
