@@ -542,6 +542,13 @@ def rerotate_keys(k: Array, pos: Any, src: RoPE, dst: RoPE) -> Array:
     True
     """
     be = _key_namespace(k)
+    for name, rope in (("src", src), ("dst", dst)):
+        if isinstance(rope, MRoPE):  # its pairs turn by three position rows, not by one pos
+            raise TypeError(
+                f"{name} must be a rotary.RoPE, got an MRoPE: re-rotating M-RoPE keys needs each "
+                "token's (t, h, w) positions, which rerotate_keys does not take (shift_keys does "
+                "move M-RoPE keys)"
+            )
     src, dst = _one_set(src, "src"), _one_set(dst, "dst")
     for name in ("head_dim", "layout"):
         a, b = getattr(src, name), getattr(dst, name)

@@ -248,6 +248,11 @@ def test_rerotation_errors(rng):
         positions.rerotate_keys(k, [0, 1, 2], rotary.RoPE(16), rotary.RoPE(16, rotary_dim=8))
     with pytest.raises(TypeError, match="LongRoPE"):
         positions.longrope_switch(k, [0, 1, 2], rotary.RoPE(16))
+    # Regression: an MRoPE was taken with 1-D positions (wrong for image tokens by ~1).
+    mrope = rotary.MRoPE(16, sections=(2, 3, 3))
+    for src, dst in ((mrope, rotary.RoPE(16)), (rotary.RoPE(16), mrope)):
+        with pytest.raises(TypeError, match="got an MRoPE"):
+            positions.rerotate_keys(k, [0, 1, 2], src, dst)
     with pytest.raises(TypeError, match="k must be an array"):
         positions.shift_keys([[1.0] * 16], 1, rotary.RoPE(16))
     with pytest.raises(TypeError, match=r"rope must be a rotary\.RoPE or rotary\.MRoPE"):
