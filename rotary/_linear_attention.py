@@ -161,7 +161,11 @@ def _key_mask(key_mask: Any, k: Array, xp: Namespace) -> Array | None:
             "key_mask must be boolean (True = a real key, False = padding), "
             f"got {chk.dtype_name(key_mask.dtype)}"
         )
-    chk.check_broadcast(tuple(key_mask.shape), tuple(k.shape[:-1]), "key_mask", "k")
+    if not chk.broadcasts_to(tuple(key_mask.shape), tuple(k.shape[:-1])):
+        raise ValueError(
+            f"key_mask of shape {tuple(key_mask.shape)} does not broadcast to k.shape[:-1] = "
+            f"{tuple(k.shape[:-1])} (one flag per key)"
+        )
     return key_mask
 
 

@@ -402,6 +402,25 @@ def test_22c_dynamic_scaling_with_key_positions_is_refused(rng):
         assert qr.shape == q.shape and kr.shape == q.shape
 
 
+def test_22d_messages_name_the_argument_and_the_fix(rng):
+    # Regressions: longdouble positions raised AttributeError deep in the angle code, pos=None
+    # said "object values", a key_mask of the wrong shape got the positions' message, and
+    # q and k of different lengths did not point to k_pos.
+    x = _x(rng, (1, 2, 4, 8))
+    with pytest.raises(TypeError, match="pos must hold integer or real floating positions, got dtype float"):
+        rotary.rotate(x, np.arange(4).astype(np.longdouble))
+    with pytest.raises(TypeError, match=r"got float.* values"):
+        rotary.rotate(x, [np.longdouble(1)] * 4)
+    with pytest.raises(TypeError, match=r"pos must be integer or real floating positions.*got None"):
+        rotary.apply(x, x, None)
+    with pytest.raises(
+        ValueError, match=r"key_mask of shape \(3,\) does not broadcast to k.shape\[:-1\].*flag per key"
+    ):
+        rotary.linear_attention(x, x, x, np.arange(4), key_mask=np.ones((3,), bool))
+    with pytest.raises(ValueError, match=r"a KV cache.* take k_pos="):
+        rotary.apply(x, x[:, :, :3], np.arange(4))
+
+
 def test_23_huge_torch_and_bfloat16_numpy_positions(rng):
     torch = pytest.importorskip("torch")
     with pytest.raises(ValueError, match=r"pos contains \|position\| >= 2\*\*36"):

@@ -382,15 +382,15 @@ def _nbytes(value: Any) -> int:
 
 def _host_positions(pos: Any, name: str) -> np.ndarray:
     """Host positions as a NumPy array of integers or floats (never bool, complex, strings)."""
-    if isinstance(pos, (bool, np.bool_)):
-        raise v.bad_positions(name, "got a bool")
+    if isinstance(pos, (bool, np.bool_)) or pos is None:
+        raise v.bad_positions(name, "got None" if pos is None else "got a bool")
     try:
         host = np.asarray(pos)
     except (TypeError, ValueError):
         raise v.bad_positions(name, f"got {type(pos).__name__} that NumPy cannot read as numbers") from None
     if host.dtype.name == "bfloat16":  # ml_dtypes: exact in float32
         host = host.astype(np.float32)
-    if host.dtype.kind not in "iuf":
+    if host.dtype.kind not in "iuf" or (host.dtype.kind == "f" and host.dtype.itemsize > 8):
         what = "booleans" if host.dtype.kind == "b" else f"{host.dtype} values"
         raise v.bad_positions(name, f"got {what}")
     return host

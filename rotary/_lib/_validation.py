@@ -240,6 +240,7 @@ def check_qk(q: Array, k: Array, *, seq_axis: int | None = None) -> None:
                 f"q and k have incompatible leading shapes: axis {ax} is {a} for q and {b} "
                 f"for k (must be equal, or one a multiple of the other for grouped-query "
                 f"heads); q.shape={tuple(q.shape)}, k.shape={tuple(k.shape)}"
+                + ("" if seq_axis is not None else "; keys at other positions (a KV cache) take k_pos=")
             )
 
 
@@ -290,7 +291,9 @@ def check_same_device(devices: Sequence[tuple[str, Any]]) -> None:
 def check_position_dtype(dtype: Any, xp: Namespace, name: str) -> None:
     """Positions are integers or real floating (not bool, not complex)."""
     try:
-        ok = not xp.isdtype(dtype, "bool") and xp.isdtype(dtype, ("integral", "real floating"))
+        ok = not xp.isdtype(dtype, "bool") and (
+            xp.isdtype(dtype, "integral") or (xp.isdtype(dtype, "real floating") and is_floating(dtype))
+        )
     except Exception:
         ok = False
     if not ok and dtype_name(dtype) != "bfloat16":
