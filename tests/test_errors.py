@@ -421,6 +421,16 @@ def test_22d_messages_name_the_argument_and_the_fix(rng):
         rotary.apply(x, x[:, :, :3], np.arange(4))
 
 
+def test_22e_dask_position_values_are_checked_at_compute():
+    # The documented Dask row of the checks table (docs/guides/quickstart.rst).
+    da = pytest.importorskip("dask.array")
+    x = da.ones((4, 8), dtype="float32", chunks=(2, 8))
+    for bad, what in ((np.nan, "NaN or infinite"), (2.0**40, "2\\*\\*36")):
+        out = rotary.rotate(x, da.from_array(np.array([0.0, 1.0, bad, 3.0]), chunks=2))  # builds lazily
+        with pytest.raises(ValueError, match=f"pos contains .*{what}"):
+            out.compute()
+
+
 def test_23_huge_torch_and_bfloat16_numpy_positions(rng):
     torch = pytest.importorskip("torch")
     with pytest.raises(ValueError, match=r"pos contains \|position\| >= 2\*\*36"):
