@@ -257,6 +257,11 @@ class MRoPE(Rotary):
         self.rope = RoPE(
             head_dim, base=base, layout=layout, rotary_dim=rotary_dim, scaling=scaling, angles=angles
         )
+        if getattr(self.rope.config.scaling, "per_sequence", False):
+            raise ValueError(
+                "scaling with per_sequence=True cannot serve an MRoPE: it would give each position "
+                "row (t, h, w) of a sequence its own length; use per_sequence=False (HF's one length)"
+            )
         self.head_dim, self.rotary_dim = self.rope.head_dim, self.rope.rotary_dim
         self.layout, self.base = self.rope.layout, self.rope.base
         self.sections = v.check_positive_ints(sections, "sections")

@@ -483,7 +483,9 @@ class DynamicNTK(Scaling):
         The length ``L`` beyond which the base grows.
     per_sequence : bool
         ``False`` (default, as HF): one ``seq_len`` for the whole batch.  ``True``:
-        ``seq_len`` per batch row, from the last axis of the positions.
+        ``seq_len`` per batch row, from the last axis of the positions, which must then be
+        the sequence axis: ``(batch, seq)`` or ``(batch, 1, seq)``; positions ``(batch, seq, 1)``
+        for ``(batch, seq, heads, dim)`` data would give each token its own length.
 
     Notes
     -----
@@ -580,7 +582,8 @@ class LongRoPE(Scaling):
     attention_factor_ : float, optional
         Overrides the attention factor.
     per_sequence : bool
-        ``True``: choose short/long per batch row instead of for the whole batch.
+        ``True``: choose short/long per batch row instead of for the whole batch (the last
+        axis of the positions is the sequence axis, as for :class:`DynamicNTK`).
 
     Examples
     --------

@@ -356,6 +356,14 @@ def test_bfloat16_preserved(backend, rng):
 
 # -- bad input ------------------------------------------------------------------------
 def test_errors_name_the_argument(rng):
+    # Regression: per_sequence=True gave each position row of one sequence its own length.
+    for scaling in (
+        rotary.DynamicNTK(2.0, 16, per_sequence=True),
+        rotary.LongRoPE([1.0] * 8, [2.0] * 8, 16, factor=4.0, per_sequence=True),
+    ):
+        with pytest.raises(ValueError, match="per_sequence=True cannot serve an MRoPE"):
+            rotary.MRoPE(16, sections=(2, 3, 3), scaling=scaling)
+    rotary.MRoPE(16, sections=(2, 3, 3), scaling=rotary.DynamicNTK(2.0, 16))  # one length: fine
     x = rng.normal(size=(4, 16)).astype(np.float32)
     with pytest.raises(ValueError, match="split must hold 2 even feature counts summing to rotary_dim=16"):
         rotary.AxialRoPE(16, 2, split=(6, 8))
