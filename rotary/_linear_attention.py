@@ -236,6 +236,8 @@ def _prepare(
         raise ValueError(f"feature_map gives {fq.shape[-1]} features for q but {width} for k")
     if not nonneg and not plan.cosine:
         _check_nonnegative(be, [("phi(k)", fk), ("phi(q)", fq)])
+    if pos is not None and rope is None and width % 2:
+        raise ValueError(f"feature_map gives {width} features; RoPE rotates them in pairs (an even number)")
     r = default_rope(be, rope, pos, width, k_pos)
     if r is not None and not getattr(r, "static", True):
         raise ValueError(

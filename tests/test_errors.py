@@ -419,6 +419,12 @@ def test_22d_messages_name_the_argument_and_the_fix(rng):
         rotary.linear_attention(x, x, x, np.arange(4), key_mask=np.ones((3,), bool))
     with pytest.raises(ValueError, match=r"a KV cache.* take k_pos="):
         rotary.apply(x, x[:, :, :3], np.arange(4))
+    with pytest.raises(ValueError, match="feature_map gives 5 features; RoPE rotates them in pairs"):
+        rotary.linear_attention(x, x, x, np.arange(4), feature_map=lambda t: t[..., :5], similarity="cosine")
+    with pytest.raises(TypeError, match=r"dtype torch\.float32 is not a dtype of numpy"):
+        rotary.RoPE(8).cos_sin(np.arange(3), dtype=pytest.importorskip("torch").float32)
+    big = rotary.rotate(x.astype(">f4"), np.arange(4))  # big-endian data: computed, not refused as 'f4'
+    assert_close(big, reference.rotate(x, np.arange(4)), like=x, ulps=16)
 
 
 def test_22e_dask_position_values_are_checked_at_compute():

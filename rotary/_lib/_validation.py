@@ -132,6 +132,9 @@ def unknown_option(name: str, value: Any, known: Iterable[str]) -> ValueError:
 def dtype_name(dtype: Any) -> str:
     """``float32`` for ``torch.float32``, ``dtype('float32')``, ``jnp.float32``,
     ``array_api_strict.float32``..."""
+    name = getattr(dtype, "name", None)
+    if hasattr(dtype, "byteorder") and isinstance(name, str):  # a NumPy dtype: '>f4' -> 'float32'
+        return name
     s = str(dtype)
     if s.startswith("dtype("):
         s = s[6:]
