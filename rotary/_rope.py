@@ -473,12 +473,7 @@ def _static_cos_sin(
         inv32 = be.constant(build_constant, cfg, "float32_inv", dev, xp.float32)
         c, s = float32_recipe(pos, inv32, xp=xp)
         if c.dtype != dtype:
-            try:
-                c, s = xp.astype(c, dtype), xp.astype(s, dtype)
-            except (TypeError, ValueError):
-                raise TypeError(
-                    f"dtype {dtype!r} is not a dtype of {be.name} (pos's library, or xp=)"
-                ) from None
+            c, s = xp.astype(c, dtype), xp.astype(s, dtype)
         return c, s
     return be.exact_cos_sin(pos, build_constant, cfg, device=dev, dtype=dtype, rng=rng)
 
