@@ -99,15 +99,15 @@ class RopeConfig:
     def host_inv_freq(self) -> np.ndarray:
         """The frequencies in float64 on the host, shape ``(width // 2,)`` (read-only, cached)."""
 
-        def build() -> tuple[np.ndarray, int, bool]:
+        def build() -> tuple[np.ndarray, int]:
             w = np.asarray(self.scaling.inv_freq(self.freq_dim, self.base), dtype=np.float64)
             if self.partial == "proportional":
                 rot = self.rotated // 2
                 w = np.concatenate([w[:rot], np.zeros(self.head_dim // 2 - rot)])
             w.setflags(write=False)
-            return w, w.nbytes, True
+            return w, w.nbytes
 
-        return get_or_build((self, "host_inv_freq"), build)
+        return get_or_build((self, "host_inv_freq"), build, "host")
 
 
 def build_constant(config: RopeConfig, kind: str, xp: Namespace, device: Device, dtype: DType) -> Array:

@@ -19,12 +19,12 @@ from . import _hfconfig
 from ._backends import Backend, backend_for
 from ._config import RopeConfig, build_constant
 from ._lib import _validation as v
-from ._lib._cache import intern, interned, memo_add, memo_has, memo_plan
+from ._lib._cache import MISSING, get_or_build, memo_add, memo_get
 from ._lib._compat import array_namespace, as_namespace, is_array, library_name, namespace_of
 from ._lib._typing import AngleMethod, Array, Device, DType, Layout, Namespace, PartialMode, RotaryEmbedding
 from ._math._angles import float32_recipe
 from ._math._rotation import expand_pairs
-from .scaling import Scaling
+from .scaling import Scaling, resolve
 
 __all__ = ["RoPE", "Rotary", "default_rope", "rope_of"]
 
@@ -121,16 +121,23 @@ class Rotary:
         self._coord_shape(tuple(p.shape), "pos")
         if device is None:
             device = be.creation_device(p)
-        c, s = self._pair_cos_sin(p, be, device, be.compute_dtype(dtype), rng)
+        if be.jit_eagerly():
+            if not any(dtype == getattr(xp, n) for n in v.FLOAT_NAMES if hasattr(xp, n)):
+                raise _foreign_dtype(dtype, be)
+            return be.jit(_cos_sin_jit, (0, 1, 2, 3, 4))(self, be, device, dtype, full, p)
+        return self._cos_sin(be, device, dtype, full, p, rng)
+
+    def _cos_sin(
+        self, be: Backend, dev: Device, dtype: DType, full: bool, p: Array, rng: Range
+    ) -> tuple[Array, Array]:
+        c, s = self._pair_cos_sin(p, be, dev, be.compute_dtype(dtype), rng)
         if full:
-            c, s = expand_pairs(c, self.layout, xp), expand_pairs(s, self.layout, xp)
+            c, s = expand_pairs(c, self.layout, be.xp), expand_pairs(s, self.layout, be.xp)
         if c.dtype != dtype:
             try:
-                c, s = xp.astype(c, dtype), xp.astype(s, dtype)
+                c, s = be.xp.astype(c, dtype), be.xp.astype(s, dtype)
             except (TypeError, ValueError):
-                raise TypeError(
-                    f"dtype {dtype!r} is not a dtype of {be.name} (pos's library, or xp=)"
-                ) from None
+                raise _foreign_dtype(dtype, be) from None
         return c, s
 
     def rotate(self, x: Array, pos: Any) -> Array:
@@ -152,7 +159,7 @@ class Rotary:
         xp = namespace_of(x, names=("x",))
         be = backend_for(xp)
         sig = be.signature(x, pos)
-        if sig is None or not memo_has((self, "rotate", sig)):
+        if sig is None or memo_get((self, "rotate", sig)) is MISSING:
             v.check_head_array(x, "x", self.head_dim)
             be.check_dense([("x", x)])
             self._check_positions(be, pos, x, "pos", "x")
@@ -183,11 +190,12 @@ class Rotary:
         be = backend_for(xp)
         sig = be.signature(q, k, pos, k_pos)
         key = (self, "apply", sig)
-        if sig is None or not memo_has(key):
+        plan: Any = MISSING if sig is None else memo_get(key)
+        if plan is MISSING:
             self._check_apply(be, q, k, pos, k_pos)
             if sig is not None:
                 memo_add(key, None if k_pos is not None else self._decode_plan(be, q, k, pos))
-        elif (plan := memo_plan(key)) is not None and (out := plan(q, k, pos)) is not None:
+        elif plan is not None and (out := plan(q, k, pos)) is not None:
             return out
         dev = be.creation_device(q)
         p, rng = be.positions(pos, name="pos", device=dev)
@@ -199,8 +207,9 @@ class Rotary:
                 be.map_positions(rot, k, kp, name="k", pos_name="k_pos"),
             )
         if kp is p:
-            c, s = self._cos_sin_for(be, q, p, rng, dev)
-            return be.rotate_both(q, k, c, s, layout=self.layout, rotary_dim=self._width)
+            if be.jit_eagerly():
+                return be.jit(_apply_jit, (0, 1, 2))(self, be, dev, q, k, p)
+            return self._rotate_both(be, q, k, p, rng, dev)
         return self._rotate(be, q, p, rng, dev), self._rotate(be, k, kp, krng, dev)
 
     # -- shared steps --------------------------------------------------------------------------
@@ -255,8 +264,37 @@ class Rotary:
         return c, s
 
     def _rotate(self, be: Backend, x: Array, p: Array, rng: Range, dev: Device) -> Array:
+        if be.jit_eagerly():  # JAX outside a trace: one compiled program, no host transfers
+            return be.jit(_rotate_jit, (0, 1, 2))(self, be, dev, x, p)
         c, s = self._cos_sin_for(be, x, p, rng, dev)
         return be.rotate(x, c, s, layout=self.layout, rotary_dim=self._width)
+
+    def _rotate_both(
+        self, be: Backend, q: Array, k: Array, p: Array, rng: Range, dev: Device
+    ) -> tuple[Array, Array]:
+        c, s = self._cos_sin_for(be, q, p, rng, dev)
+        return be.rotate_both(q, k, c, s, layout=self.layout, rotary_dim=self._width)
+
+
+# The jitted cores of JAX eager calls (static: the rotation, its backend, the device; the
+# positions are traced, so their values are read outside, by the checks, and never here).
+def _rotate_jit(rope: Rotary, be: Backend, dev: Device, x: Array, p: Array) -> Array:
+    c, s = rope._cos_sin_for(be, x, p, None, dev)
+    return be.rotate(x, c, s, layout=rope.layout, rotary_dim=rope._width)
+
+
+def _apply_jit(rope: Rotary, be: Backend, dev: Device, q: Array, k: Array, p: Array) -> tuple[Array, Array]:
+    return rope._rotate_both(be, q, k, p, None, dev)
+
+
+def _cos_sin_jit(
+    rope: Rotary, be: Backend, dev: Device, dtype: DType, full: bool, p: Array
+) -> tuple[Array, Array]:
+    return rope._cos_sin(be, dev, dtype, full, p, None)
+
+
+def _foreign_dtype(dtype: Any, be: Backend) -> TypeError:
+    return TypeError(f"dtype {dtype!r} is not a dtype of {be.name} (pos's library, or xp=)")
 
 
 def _check_unambiguous(coord: tuple[Any, ...], lead: tuple[Any, ...], name: str, x_name: str) -> None:
@@ -478,32 +516,6 @@ def _static_cos_sin(
     return be.exact_cos_sin(pos, build_constant, cfg, device=dev, dtype=dtype, rng=rng)
 
 
-def _make(
-    head_dim: int, base: Any, layout: Any, rotary_dim: Any, scaling: Any, angles: Any, partial: Any
-) -> str:
-    """The handle of the RoPE of these options (run for real, even inside ``torch.compile``)."""
-    from .scaling import resolve
-
-    sc = resolve(scaling)
-    key = ("rope_of", head_dim, base, layout, rotary_dim, sc, angles, partial)
-    build = functools.partial(
-        RoPE,
-        head_dim,
-        base=base,
-        layout=layout,
-        rotary_dim=rotary_dim,
-        scaling=sc,
-        angles=angles,
-        partial=partial,
-    )
-    try:
-        hash(key)
-    except TypeError:  # e.g. a list given for base: let RoPE's checks name it
-        build()
-        raise
-    return intern(key, build)
-
-
 def rope_of(
     be: Backend,
     head_dim: int,
@@ -515,13 +527,28 @@ def rope_of(
     angles: Any = "exact",
     partial: Any = "neox",
 ) -> RoPE:
-    """The :class:`RoPE` of these options, built once and held (interned).
-
-    Built through :meth:`Backend.eager`, so inside ``torch.compile`` the RoPE still exists
-    outside the trace and its configuration can key the cached constants.
-    """
+    """The :class:`RoPE` of these options: kept in the byte cache in a plain eager scope (the
+    functional API builds one per call), built afresh anywhere else (inside ``torch.compile``
+    the trace builds it, and its configuration reaches the constants as plain values)."""
     head_dim = operator.index(head_dim)  # specialises a symbolic size under torch.compile
-    return interned(be.eager(_make, head_dim, base, layout, rotary_dim, scaling, angles, partial))
+    build = functools.partial(
+        RoPE,
+        head_dim,
+        base=base,
+        layout=layout,
+        rotary_dim=rotary_dim,
+        scaling=scaling,
+        angles=angles,
+        partial=partial,
+    )
+    if be.tracing():
+        return build()
+    key = ("rope_of", head_dim, base, layout, rotary_dim, resolve(scaling), angles, partial)
+    try:
+        hash(key)
+    except TypeError:  # e.g. a list given for base: let RoPE's checks name it
+        return build()
+    return get_or_build(key, lambda: (build(), 1024), "ropes")
 
 
 def default_rope(

@@ -34,7 +34,7 @@ import numpy as np
 from ._backends import Backend, backend_for
 from ._config import RopeConfig
 from ._lib import _validation as v
-from ._lib._cache import intern, interned
+from ._lib._cache import get_or_build
 from ._lib._compat import array_namespace, as_namespace, is_array, to_numpy
 from ._lib._typing import Array, Device, DType, Namespace
 from ._rope import RoPE
@@ -466,7 +466,9 @@ def _rotate(be: Backend, src: RoPE, dst: RoPE | None, k: Array, pos: Any) -> Arr
         # built in the trace (a RoPE of plain values, as the backends allow).
         ropes = _pure_ropes(a, be.eager(_rotation_freqs, a, b))
     else:
-        ropes = interned(intern(("positions", a, b), lambda: _pure_ropes(a, _rotation_freqs(a, b))))
+        ropes = get_or_build(
+            ("rerotation", a, b), lambda: (_pure_ropes(a, _rotation_freqs(a, b)), 1024), "ropes"
+        )
     for rope in ropes:
         k = rope.rotate(k, pos)
     return k

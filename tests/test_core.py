@@ -135,10 +135,11 @@ def test_rope_builds_its_tables_once():
     x = np.ones((4, 32), dtype=np.float32)
     rope = rotary.RoPE(32, base=1234.0)
     rope.rotate(x, np.arange(4) + 5000)  # builds the tables
+    rotary.rotate(x, np.arange(4) + 5000, base=1234.0)  # and keeps the functional API's RoPE
     before = rotary.cache_info()
     for p in range(5):
         rope.rotate(x, np.arange(4) + 5000 + p)
-    rotary.rotate(x, np.arange(4) + 5000, base=1234.0)
+        rotary.rotate(x, np.arange(4) + 5000 - p, base=1234.0)
     after = rotary.cache_info()
     assert after.misses == before.misses, "tables were rebuilt"
     assert after.hits > before.hits

@@ -92,10 +92,6 @@ class Backend:
         """``x``'s values can be read now, cheaply and without breaking a trace."""
         return True
 
-    def is_real(self, x: Array) -> bool:
-        """``x`` may be cached (not a tracer, fake or functional tensor)."""
-        return True
-
     def tracing(self) -> bool:
         """A trace (``jax.jit``, ``torch.compile``) is being recorded: nothing may be built
         for the cache from traced operations."""
@@ -167,10 +163,7 @@ class Backend:
     ) -> Array:
         """``build(config, kind, xp, device, dtype)``, cached in the one cache."""
         key = (config, kind, self.name, device, dtype)
-        return get_or_build(key, lambda: self._built(build(config, kind, self.xp, device, dtype)))
-
-    def _built(self, value: Array) -> tuple[Array, int, bool]:
-        return value, _nbytes(value), self.is_real(value)
+        return get_or_build(key, lambda: sized(build(config, kind, self.xp, device, dtype)), "constants")
 
     def eager(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` run for real, even inside a trace (``torch.compile`` sees the result
@@ -274,15 +267,15 @@ class Backend:
         while rows <= hi:
             rows *= 2
 
-        def make() -> tuple[Array, int, bool]:
+        def make() -> tuple[Array, int]:
             tables = self.constant(build, config, "tables", dev, dtype)
             w = self.constant(build, config, "inv_freq", dev, dtype)
             idx = xp.arange(rows, device=dev)
             c, s = self._exact(idx, tables, w, dtype, _angles.levels_for_range(rows - 1), True, checked=True)
             table = xp.concat([c, s], axis=1)  # (rows, 2 n): one contiguous row per position
-            return self._built(table)
+            return sized(table)
 
-        return get_or_build((config, "position_table", rows, self.name, dev, dtype), make)
+        return get_or_build((config, "position_table", rows, self.name, dev, dtype), make, "position_table")
 
     def decode_plan(
         self,
@@ -355,6 +348,11 @@ class Backend:
         """The cumulative sum of the loop-free scan."""
         return self.xp.cumulative_sum(x, axis=axis)
 
+    def jit_eagerly(self) -> bool:
+        """Eager calls run as one compiled program (:meth:`jit`): JAX outside a trace, where
+        op-by-op execution would move every Python scalar to the device."""
+        return False
+
     def jit(self, fn: Callable[..., Any], static_argnums: tuple[int, ...]) -> Callable[..., Any]:
         """``fn`` compiled once per static configuration where the library has a compiler
         that pays off eagerly (JAX); else ``fn``."""
@@ -365,6 +363,11 @@ def library_name_of(x: Array) -> str:
     from .._lib._compat import array_namespace
 
     return library_name(array_namespace(x))
+
+
+def sized(value: Any) -> tuple[Any, int]:
+    """``(value, its bytes)``: what :func:`~rotary._lib._cache.get_or_build`'s builders return."""
+    return value, _nbytes(value)
 
 
 def _nbytes(value: Any) -> int:

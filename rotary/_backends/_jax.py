@@ -13,10 +13,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .._lib._cache import get_or_build
+from .._lib._cache import get_or_build, register_library
 from .._lib._typing import Array, Device, DType
 from .._math import _linear
-from ._generic import Backend, ConstantBuilder
+from ._generic import Backend, ConstantBuilder, sized
 from ._scan import _pad_seq
 
 __all__ = ["JaxBackend"]
@@ -34,6 +34,15 @@ def _tracing() -> bool:
         return not core.trace_state_clean()
     except Exception:  # private API moved: probe with an operation
         return _tracer(jnp.zeros(()) + 0)
+
+
+def _clean() -> bool:
+    """No JAX trace or transformation, and no default-device override (a constant built for
+    ``device=None`` would land there)."""
+    return not _tracing() and jax.config.jax_default_device is None  # pyright: ignore[reportAttributeAccessIssue]
+
+
+register_library("jax", clean=_clean)
 
 
 class JaxBackend(Backend):
@@ -88,11 +97,6 @@ class JaxBackend(Backend):
         except Exception:
             return False
 
-    def is_real(self, x: Array) -> bool:
-        if isinstance(x, (tuple, list)):
-            return all(self.is_real(a) for a in x)
-        return not _tracer(x)
-
     def host_values(self, x: Array) -> Any:
         import numpy as np
 
@@ -102,11 +106,11 @@ class JaxBackend(Backend):
     def constant(
         self, build: ConstantBuilder, config: Hashable, kind: str, device: Device, dtype: DType
     ) -> Array:
-        def make() -> tuple[Array, int, bool]:
+        def make() -> tuple[Array, int]:
             with jax.ensure_compile_time_eval():
-                return self._built(build(config, kind, self.xp, device, dtype))
+                return sized(build(config, kind, self.xp, device, dtype))
 
-        return get_or_build((config, kind, "jax", device, dtype), make)
+        return get_or_build((config, kind, "jax", device, dtype), make, "constants")
 
     def causal_scan(
         self,
@@ -152,8 +156,11 @@ class JaxBackend(Backend):
     def _loop_free(self, n: Any) -> bool:
         return not isinstance(n, int)  # symbolic length (jax.export)
 
-    def jit(self, fn: Callable[..., Any], static_argnums: tuple[int, ...]) -> Callable[..., Any]:
-        def make() -> tuple[Callable[..., Any], int, bool]:
-            return jax.jit(fn, static_argnums=static_argnums), 1024, True
+    def jit_eagerly(self) -> bool:
+        return not _tracing()
 
-        return get_or_build(("jit", fn, static_argnums), make)
+    def jit(self, fn: Callable[..., Any], static_argnums: tuple[int, ...]) -> Callable[..., Any]:
+        def make() -> tuple[Callable[..., Any], int]:
+            return jax.jit(fn, static_argnums=static_argnums), 1024
+
+        return get_or_build(("jit", fn, static_argnums), make, "jit")

@@ -1,13 +1,15 @@
 """torch: eager CPU fast paths, ``torch.compile``/``torch.export`` constants, loop-free causal scan.
 
-Constants under tracing
-    :meth:`TorchBackend.constant` and :meth:`TorchBackend.eager` go through functions marked
-    :func:`torch.compiler.assume_constant_result`: Dynamo calls them for real at trace time
-    with the configuration object (a frozen dataclass, passed by identity) and embeds the
-    result, so no host-side NumPy work is ever traced.  They build real tensors even when
-    called under ``torch.export``'s fake mode or in inference mode, and the cache stores
-    only real tensors (never FakeTensors or functional tensors): eager calls after an export
-    or a compile see real arrays.
+Constants and context
+    Constants are built from host NumPy outside every dispatch mode and inference mode (plain
+    tensors), and stored only in a plain eager scope (:func:`_clean`; the rule lives in
+    :mod:`rotary._lib._cache`).  Read under a fake mode that refuses real tensors (shape
+    inference), a stored constant is handed out as its fake counterpart; under ``torch.export``
+    it stays real and is lifted.  Under ``torch.compile``, :meth:`TorchBackend.constant` and
+    :meth:`TorchBackend.eager` go through functions marked
+    :func:`torch.compiler.assume_constant_result`: Dynamo calls them for real at trace time with
+    the configuration's plain field values and embeds the result, so no host-side NumPy work is
+    ever traced.  No tensor is created at import time.
 
 Eager fast paths
     On CPU without autograd the rotation and the exact angles' gathers write into one
@@ -24,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import operator
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import array_api_compat.torch as torch_xp
@@ -32,10 +34,10 @@ import numpy as np
 import torch
 
 from .._lib import _validation as v
-from .._lib._cache import fast_paths_enabled, get_or_build
+from .._lib._cache import fast_paths_enabled, get_or_build, register_library
 from .._lib._typing import Array, Device, DType, Layout, Namespace
 from . import _eager
-from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder
+from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, sized
 
 __all__ = ["TorchBackend"]
 
@@ -43,30 +45,84 @@ _is_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapp
 
 
 def _real(x: Any) -> bool:
-    """A plain tensor (not fake, functional or functorch-wrapped), safe to keep."""
-    if isinstance(x, (tuple, list)):
-        return all(_real(a) for a in x)
+    """A plain tensor (not fake, functional or functorch-wrapped)."""
     return type(x) is torch.Tensor and not (_is_wrapped is not None and _is_wrapped(x))
 
 
-def _unfake() -> contextlib.AbstractContextManager[Any]:
-    """Leave ``torch.export``'s fake mode while building constants (they must be real)."""
-    try:
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
-    except ImportError:  # moved: the realness check still keeps fakes out of the cache
-        return contextlib.nullcontext()
-    return unset_fake_temporarily()
+# -- the context rules (see rotary._lib._cache) ---------------------------------------------------
+def _level() -> Any:
+    probe = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", None)
+    return None if probe is None else probe()
+
+
+def _plain_function_modes() -> bool:
+    """No torch function mode is active but default-device ones (our constants name their
+    device, so those cannot change them)."""
+    if not torch._C._len_torch_function_stack():
+        return True
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._device import DeviceContext
+
+    return all(isinstance(m, DeviceContext) for m in _get_current_function_mode_stack())
+
+
+def _clean() -> bool:
+    """A plain eager scope: no compile or export trace, no dispatch mode (fake, functional,
+    proxy), no inference mode, no ``torch.func`` transform, no function mode."""
+    return not (
+        torch.compiler.is_compiling()
+        or torch._C._len_torch_dispatch_stack()
+        or torch.is_inference_mode_enabled()
+        or _level() is not None
+        or not _plain_function_modes()
+    )
+
+
+@contextlib.contextmanager
+def _scope() -> Iterator[None]:
+    """Outside every dispatch mode (fake, functional) and inference mode, without autograd:
+    constants built here are plain tensors."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes(), torch.inference_mode(False), torch.no_grad():
+        yield
+
+
+def _fake_mode() -> Any:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    modes = [m for m in _get_current_dispatch_mode_stack() if isinstance(m, FakeTensorMode)]
+    return modes[-1] if modes else None
+
+
+def _adapt(value: Any) -> Any:
+    """A stored value as valid here: under a fake mode that refuses real tensors (shape
+    inference), its fake counterpart; elsewhere itself (``torch.export`` lifts real constants)."""
+    if not torch._C._len_torch_dispatch_stack():
+        return value
+    mode = _fake_mode()
+    if mode is None or mode.allow_non_fake_inputs:
+        return value
+    return _to_fake(mode, value)
+
+
+def _to_fake(mode: Any, value: Any) -> Any:
+    if isinstance(value, tuple):
+        return tuple(_to_fake(mode, a) for a in value)
+    return mode.from_tensor(value, static_shapes=True) if type(value) is torch.Tensor else value
+
+
+register_library("torch", clean=_clean, scope=_scope, adapt=_adapt)
 
 
 def _constant(build: ConstantBuilder, config: Hashable, kind: str, device: Any, dtype: Any) -> Any:
-    """The cached constant, built for real (outside fake mode and inference mode)."""
-
-    def make() -> tuple[Array, int, bool]:
-        with _unfake(), torch.inference_mode(False), torch.no_grad():
-            value = build(config, kind, torch_xp, device, dtype)
-        return value, int(value.nbytes), _real(value)
-
-    return get_or_build((config, kind, "torch", device, dtype), make)
+    """The cached constant (built outside fake and inference modes: a real tensor)."""
+    return get_or_build(
+        (config, kind, "torch", device, dtype),
+        lambda: sized(build(config, kind, torch_xp, device, dtype)),
+        "constants",
+    )
 
 
 _DATACLASS = "rotary-dataclass"
@@ -98,25 +154,17 @@ def _rebuild(value: Any) -> Any:
     return value
 
 
-def _intern_config(plain: Any) -> str:
-    from .._lib._cache import intern
-
-    return intern(("config", plain), lambda: _rebuild(plain))
-
-
-def _constant_by_handle(build: ConstantBuilder, handle: str, kind: str, device: Any, dtype: Any) -> Any:
-    from .._lib._cache import interned
-
-    return _constant(build, interned(handle), kind, device, dtype)
+def _constant_of_plain(build: ConstantBuilder, plain: Any, kind: str, device: Any, dtype: Any) -> Any:
+    return _constant(build, _rebuild(plain), kind, device, dtype)
 
 
 def _run(fn: Callable[..., Any], *args: Any) -> Any:
-    with _unfake(), torch.inference_mode(False):
+    with _scope():
         return fn(*args)
 
 
 # Dynamo calls these for real at trace time and embeds their results as constants.
-_constant_of = torch.compiler.assume_constant_result(_constant_by_handle)
+_constant_of = torch.compiler.assume_constant_result(_constant_of_plain)
 _call = torch.compiler.assume_constant_result(_run)
 
 
@@ -137,15 +185,10 @@ def _ops(dtype: Any, device: Any) -> _eager.Ops:
 
 _INTEGER = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
 
-_SIGN = {
-    dt: torch.tensor([[-1.0], [1.0]], dtype=dt)
-    for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-}
-
 
 def _small_half_tables(c: Array, s: Array) -> tuple[Array, Array]:
     """``C = cos`` and ``S = [-sin, sin]`` along a new pair axis (see :func:`_rotate_small_half`)."""
-    return c.unsqueeze(-2), torch.mul(s.unsqueeze(-2), _SIGN[s.dtype])
+    return c.unsqueeze(-2), torch.stack((torch.neg(s), s), dim=-2)
 
 
 def _rotate_small_half(x: Array, C: Array, S: Array, h: int) -> Array:
@@ -186,9 +229,6 @@ class TorchBackend(Backend):
 
     def is_concrete(self, x: Array) -> bool:
         return not torch.compiler.is_compiling() and x.device.type == "cpu" and _real(x)
-
-    def is_real(self, x: Array) -> bool:
-        return _real(x)
 
     def check_dense(self, arrays: list[tuple[str, Array]]) -> None:
         from .._lib._validation import not_dense
@@ -267,8 +307,7 @@ class TorchBackend(Backend):
         if torch.compiler.is_compiling():
             # The configuration may have been created inside the trace (a RoPE built in the
             # compiled function): pass its field values, which the trace knows, not the object.
-            handle = _call(_intern_config, _plain(config))
-            return _constant_of(build, handle, kind, device, dtype)
+            return _constant_of(build, _plain(config), kind, device, dtype)
         return _constant(build, config, kind, device, dtype)
 
     def eager(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -278,11 +317,11 @@ class TorchBackend(Backend):
         """The eager kernels apply to ``x`` (our own cos/sin tables are plain CPU tensors
         beside it): CPU, no autograd, a plain dense tensor, not compiling."""
         return (
-            fast_paths_enabled()
+            not torch.compiler.is_compiling()
+            and fast_paths_enabled()
             and type(x) is torch.Tensor
             and x.is_cpu
             and not (x.requires_grad and torch.is_grad_enabled())
-            and not torch.compiler.is_compiling()
             and not (_is_wrapped is not None and _is_wrapped(x))
         )
 
@@ -364,12 +403,11 @@ class TorchBackend(Backend):
             while n <= p:
                 n *= 2
 
-            def make() -> tuple[Array, int, bool]:
+            def make() -> tuple[Array, int]:
                 c, s = self.position_table(build, config, dev, dtype, p).split_with_sizes([h, h], 1)
-                value = torch.stack([torch.cat([c, c], 1), torch.cat([-s, s], 1)], 1)
-                return value, int(value.nbytes), _real(value)
+                return sized(torch.stack([torch.cat([c, c], 1), torch.cat([-s, s], 1)], 1))
 
-            return get_or_build((config, "decode_rows", n, dev, dtype), make)
+            return get_or_build((config, "decode_rows", n, dev, dtype), make, "decode_rows")
 
         def plan(q: Array, k: Array, pos: Any) -> tuple[Array, Array] | None:
             if not (type(pos) is torch.Tensor and self._eager_ok(q) and self._eager_ok(k)):

@@ -1,21 +1,35 @@
-"""The one cache: host tables and device constants, bounded by a byte budget.
+"""All of rotary's state, and the one rule that keeps it sound.
 
-Entries are evicted least recently used first once the bytes held exceed the budget
-(default 64 MiB; ``ROTARY_CACHE_BYTES`` in the environment or :func:`set_cache_limit`
-change it).  The caller decides what may be stored: the backend layer hands only real
-arrays here, never JAX tracers, FakeTensors or functional tensors (see
-:mod:`rotary._backends`), so a trace or an export never poisons later eager calls.
+rotary keeps three things between calls (``docs/guides/state.rst`` lists each, with its key,
+its bound and the benchmark row that justifies it):
+
+- the **byte cache**: device constants (frequency and digit tables, per-position tables,
+  decoding rows), host frequencies, RoPE objects of the functional API and JAX ``jit``
+  wrappers; least recently used entries go first once the bytes held exceed the budget
+  (default 64 MiB; ``ROTARY_CACHE_BYTES`` or :func:`set_cache_limit`);
+- the **checked signatures**: the argument types, shapes, dtypes and devices that passed
+  the checks, with a backend's decoding plan for them (at most 4096, then it starts over);
+- the **fast-path switch** (:func:`fast_paths`), per thread and per ``asyncio`` task.
+
+The rule, enforced here and nowhere else: **a value is stored only when it was made in a
+plain eager scope**.  Each array library registers, when rotary first sees its arrays,
+whether the current context is plain (no ``torch.compile``/``torch.export`` trace, fake or
+functional mode, inference mode, ``torch.func`` transform; no JAX trace or default-device
+override), a scope that clears what it can for building (fake and other dispatch modes,
+inference mode), and how a stored value is made valid in the current context (a real tensor
+becomes fake under a fake mode that refuses real tensors).  Whatever ran before, a stored
+value is one that a plain eager call would have made.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import contextvars
 import os
 import threading
-import types
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from ._validation import check_bool, check_int
 
@@ -23,13 +37,29 @@ __all__ = [
     "CacheInfo",
     "cache_info",
     "clear_cache",
+    "context_clean",
     "fast_paths",
     "fast_paths_enabled",
     "get_or_build",
+    "memo_add",
+    "memo_get",
+    "register_library",
     "set_cache_limit",
 ]
 
 V = TypeVar("V")
+
+#: The kinds of state, each switchable off for benchmarks (:func:`without`).
+StateKind = Literal["constants", "position_table", "decode_rows", "host", "ropes", "jit", "signatures"]
+STATE_KINDS: tuple[StateKind, ...] = (
+    "constants",
+    "position_table",
+    "decode_rows",
+    "host",
+    "ropes",
+    "jit",
+    "signatures",
+)
 
 _DEFAULT_LIMIT = 64 * 2**20
 
@@ -46,6 +76,51 @@ class CacheInfo(NamedTuple):
     evictions: int
 
 
+# -- the libraries' context rules ------------------------------------------------------------------
+class _Library(NamedTuple):
+    clean: Callable[[], bool]  # the current context is a plain eager scope
+    scope: Callable[[], contextlib.AbstractContextManager[Any]]  # as plain a scope as can be entered
+    adapt: Callable[[Any], Any]  # a stored value, valid in the current context
+
+
+_LIBRARIES: dict[str, _Library] = {}
+
+
+def register_library(
+    name: str,
+    *,
+    clean: Callable[[], bool],
+    scope: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+    adapt: Callable[[Any], Any] | None = None,
+) -> None:
+    """Register an array library's context rules (the backend layer does, on first use)."""
+    _LIBRARIES[name] = _Library(clean, scope or contextlib.nullcontext, adapt or (lambda v: v))
+
+
+def context_clean() -> bool:
+    """The current context is a plain eager scope for every library rotary has seen: what is
+    made here may be stored."""
+    for lib in _LIBRARIES.values():
+        if not lib.clean():
+            return False
+    return True
+
+
+def _adapt(value: Any) -> Any:
+    for lib in _LIBRARIES.values():
+        value = lib.adapt(value)
+    return value
+
+
+@contextlib.contextmanager
+def _build_scope() -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        for lib in list(_LIBRARIES.values()):
+            stack.enter_context(lib.scope())
+        yield
+
+
+# -- the byte cache --------------------------------------------------------------------------------
 def _env_limit() -> int:
     raw = os.environ.get("ROTARY_CACHE_BYTES")
     if not raw:
@@ -100,21 +175,26 @@ class _Cache:
 
 
 _CACHE = _Cache(_env_limit())
+_OFF: set[str] = set()
 
 
-def get_or_build(key: Hashable, build: Callable[[], tuple[V, int, bool]]) -> V:
-    """The value cached under ``key``, else ``build()``'s.
+def get_or_build(key: Hashable, build: Callable[[], tuple[V, int]], kind: StateKind) -> V:
+    """The value stored under ``key``, else ``build()``'s ``(value, nbytes)`` value.
 
-    ``build`` returns ``(value, nbytes, storable)``; the value is stored only when
-    ``storable`` (a real array, not a tracer or fake tensor).
+    ``build`` runs in the plainest scope the libraries allow (outside fake and inference
+    modes); its value is stored only when that scope is a plain eager one
+    (:func:`context_clean`).  The value returned is made valid in the caller's context.
     """
-    hit = _CACHE.get(key)
-    if hit is not None:
-        return hit
-    value, nbytes, storable = build()
-    if storable:
+    if kind not in _OFF:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            return _adapt(hit)
+    with _build_scope():
+        value, nbytes = build()
+        keep = kind not in _OFF and context_clean()
+    if keep:
         _CACHE.put(key, value, nbytes)
-    return value
+    return _adapt(value)
 
 
 def cache_info() -> CacheInfo:
@@ -135,8 +215,12 @@ def cache_info() -> CacheInfo:
 
 
 def clear_cache() -> None:
-    """Drop every cached table and constant (they are rebuilt on demand)."""
+    """Drop all of rotary's state: every cached table, constant, RoPE object and compiled JAX
+    function, and every checked argument signature with its decoding plan.  Everything is
+    rebuilt on demand; results do not change (:func:`fast_paths` is a setting, not state,
+    and keeps its value)."""
     _CACHE.clear()
+    _MEMO.clear()
 
 
 def set_cache_limit(nbytes: int) -> int:
@@ -153,17 +237,62 @@ def set_cache_limit(nbytes: int) -> int:
     return old
 
 
+@contextlib.contextmanager
+def without(*kinds: StateKind) -> Iterator[None]:
+    """Neither read nor store the ``kinds`` of state inside the block (for the benchmarks,
+    which measure each piece of state with and without it in one run; not thread-safe)."""
+    bad = set(kinds) - set(STATE_KINDS)
+    if bad:
+        raise ValueError(f"unknown state kinds {sorted(bad)}; expected some of {STATE_KINDS}")
+    old = set(_OFF)
+    _OFF.update(kinds)
+    try:
+        yield
+    finally:
+        _OFF.clear()
+        _OFF.update(old)
+
+
+# -- checked signatures ----------------------------------------------------------------------
+_MEMO: dict[Hashable, Any] = {}
+_MAX_MEMO = 4096
+_MISSING: Any = object()
+
+
+def memo_get(key: Hashable) -> Any:
+    """What :func:`memo_add` stored with ``key`` (an entry point and its arguments' types,
+    shapes, dtypes and devices, which passed the checks before: the checks that depend on
+    nothing else need not run again), or :data:`MISSING`."""
+    if "signatures" in _OFF:
+        return _MISSING
+    return _MEMO.get(key, _MISSING)
+
+
+MISSING = _MISSING
+
+
+def memo_add(key: Hashable, plan: Any = None) -> None:
+    """Remember that ``key`` passed the checks, with a backend's ``plan`` for it (a shortcut
+    that reads only the byte cache), when the context is a plain eager scope."""
+    if "signatures" in _OFF or not context_clean():
+        return
+    if len(_MEMO) >= _MAX_MEMO:
+        _MEMO.clear()
+    _MEMO[key] = plan
+
+
 # -- fast paths ------------------------------------------------------------------------------
-_FAST = [True]
+_FAST: contextvars.ContextVar[bool] = contextvars.ContextVar("rotary_fast_paths", default=True)
 
 
 def fast_paths_enabled() -> bool:
-    return _FAST[0]
+    return _FAST.get()
 
 
 @contextlib.contextmanager
 def fast_paths(enabled: bool) -> Iterator[None]:
-    """Turn rotary's eager fast paths on or off inside a ``with`` block.
+    """Turn rotary's eager fast paths on or off inside a ``with`` block (in this thread or
+    ``asyncio`` task only).
 
     The fast paths (blocked NumPy/torch kernels, per-position tables) compute exactly what
     the generic array-API code computes, bit for bit; turning them off is for checking
@@ -179,63 +308,8 @@ def fast_paths(enabled: bool) -> Iterator[None]:
     >>> bool((fast == slow).all())
     True
     """
-    check_bool(enabled, "enabled")
-    old = _FAST[0]
-    _FAST[0] = enabled
+    token = _FAST.set(check_bool(enabled, "enabled"))
     try:
         yield
     finally:
-        _FAST[0] = old
-
-
-# -- interned objects -------------------------------------------------------------------------
-# The objects are attributes of a module object, not items of a dict: ``torch.compile`` reads a
-# module attribute as it is when the trace reaches it, and a dict as it was when the trace first
-# read it (so a second configuration interned in the same trace would not be found).
-_INTERNED = types.ModuleType("rotary._interned")
-_HANDLES: dict[Hashable, str] = {}
-_MAX_INTERNED = 1024
-
-
-def intern(key: Hashable, make: Callable[[], Any]) -> str:
-    """A short handle for the object ``make()`` stands for under ``key`` (made once); look it up
-    with :func:`interned`.  Handles are strings, so a ``torch.compile`` trace can receive one
-    as a constant.  At most 1024 objects are held (then the table starts over)."""
-    with _CACHE._lock:
-        handle = _HANDLES.get(key)
-        if handle is None:
-            if len(_HANDLES) >= _MAX_INTERNED:
-                for h in _HANDLES.values():
-                    delattr(_INTERNED, h)
-                _HANDLES.clear()
-            handle = f"rotary_{len(_HANDLES)}_{hash(key) & 0xFFFFFFFF:x}"
-            setattr(_INTERNED, handle, make())
-            _HANDLES[key] = handle
-        return handle
-
-
-def interned(handle: str) -> Any:
-    """The object behind ``handle``."""
-    return getattr(_INTERNED, handle)
-
-
-# -- checked signatures ----------------------------------------------------------------------
-_MEMO: dict[Hashable, Any] = {}
-_MAX_MEMO = 4096
-
-
-def memo_has(key: Hashable) -> bool:
-    """``key`` (an entry point and its arguments' types, shapes, dtypes and devices) passed the
-    checks before: the ones that depend on nothing else need not run again."""
-    return key in _MEMO
-
-
-def memo_plan(key: Hashable) -> Any:
-    """The plan stored with ``key`` (a backend's shortcut for these arguments), or ``None``."""
-    return _MEMO.get(key)
-
-
-def memo_add(key: Hashable, plan: Any = None) -> None:
-    if len(_MEMO) >= _MAX_MEMO:
-        _MEMO.clear()
-    _MEMO[key] = plan
+        _FAST.reset(token)
