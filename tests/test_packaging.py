@@ -2,7 +2,7 @@
 
 Builds the wheel from this checkout (``pip wheel --no-build-isolation``: the environment's
 setuptools, no download), installs it with ``--no-deps`` into a fresh virtual environment that
-sees this environment's packages (``--system-site-packages``: NumPy and the array libraries),
+sees the running interpreter's packages (NumPy and the array libraries, through a ``.pth``),
 and runs ``python -m conformance`` there from an empty folder: it must test the installed
 ``rotary`` (not this checkout) and check the golden vectors shipped in the wheel.
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import shutil
+import site
 import subprocess
 import sys
 import venv
@@ -50,7 +52,14 @@ def wheel(tmp_path_factory) -> Path:
     if not _setuptools_ok():
         pytest.skip("building the wheel offline needs setuptools >= 77 installed")
     out = tmp_path_factory.mktemp("wheel")
-    cmd = [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q", "-w"]
+    # from a copy: setuptools writes build/ and *.egg-info into the source tree, and two test
+    # processes building at once would trip over each other's files
+    src = tmp_path_factory.mktemp("src") / "rotary"
+    junk = shutil.ignore_patterns(
+        ".git", ".venv*", "build", "dist", "*.egg-info", "_build", "__pycache__", ".*cache"
+    )
+    shutil.copytree(ROOT, src, ignore=junk)
+    cmd = [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q", "-w"]
     res = subprocess.run([*cmd, str(out)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (whl,) = out.glob("rotary-*.whl")
@@ -71,10 +80,28 @@ def test_wheel_ships_the_kit_and_the_types(wheel):
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
 
 
+def _site_dirs() -> list[str]:
+    """The site-packages of the interpreter running the tests (a virtual environment's when the
+    suite runs in one: its base interpreter may lack the dependencies)."""
+    dirs = [*site.getsitepackages(), site.getusersitepackages()]
+    return [d for d in dict.fromkeys(dirs) if Path(d).is_dir()]
+
+
 def test_conformance_runs_from_the_installed_wheel(wheel, tmp_path):
+    # Regression: the environment was made with system_site_packages=True, which sees the
+    # *base* interpreter's packages; in a virtual environment those lack array_api_compat.
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, system_site_packages=True, with_pip=False)
+    venv.create(env_dir, system_site_packages=False, with_pip=False)
     py = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    inner = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    # the dependencies: this interpreter's site directories, after the environment's own (a
+    # plain path entry: their .pth files, such as this checkout's editable install, are not run)
+    (Path(inner) / "outer-site.pth").write_text("\n".join(_site_dirs()) + "\n")
     install = [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index", "-q"]
     res = subprocess.run([*install, str(wheel)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

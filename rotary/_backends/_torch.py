@@ -241,11 +241,11 @@ class TorchBackend(Backend):
         return bool(torch.compiler.is_compiling())
 
     def host_values(self, x: Array) -> Any:
-        return (
-            x.detach().resolve_conj().resolve_neg().numpy()
-            if x.dtype != torch.bfloat16
-            else x.float().numpy()
-        )
+        # (outside torch.func transforms: there detach() would wrap the tensor, and a wrapped
+        # tensor has no storage to read)
+        with torch._C._DisableFuncTorch():
+            x = x.detach()
+            return x.resolve_conj().resolve_neg().numpy() if x.dtype != torch.bfloat16 else x.float().numpy()
 
     def has_int64(self, device: Device) -> bool:
         return True
