@@ -27,8 +27,8 @@ import numpy as np
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import rotary  # noqa: E402
-from rotary.testing import assert_close, reference  # noqa: E402
+import rotary
+from rotary.testing import assert_close, reference
 
 Config = dict[str, Any]
 
@@ -201,14 +201,14 @@ def _functionalize(cfg: Config) -> None:
     import torch
 
     q, k, pos = _qkp(cfg)
-    qr, kr = torch.func.functionalize(lambda a, b: _rope(cfg).apply(a, b, pos))(q, k)
+    qr, _kr = torch.func.functionalize(lambda a, b: _rope(cfg).apply(a, b, pos))(q, k)
     _check(qr, q, pos, cfg)
 
 
 def _autograd(cfg: Config) -> None:
     q, k, pos = _qkp(cfg)
     q.requires_grad_(True)
-    qr, kr = _rope(cfg).apply(q, k, pos)
+    qr, _kr = _rope(cfg).apply(q, k, pos)
     w = k[:, :1].expand_as(q).detach()
     (qr * w).sum().backward()
     _check(qr.detach(), q.detach(), pos, cfg)
@@ -220,7 +220,7 @@ def _default_device_meta(cfg: Config) -> None:
 
     q, k, pos = _qkp(cfg)
     with torch.device("meta"):
-        qr, kr = _rope(cfg).apply(q, k, pos)
+        qr, _kr = _rope(cfg).apply(q, k, pos)
         one = rotary.rotate(q[:, :, :1], [5], **_opts(cfg))
     _check(qr, q, pos, cfg)
     _check(one, q[:, :, :1], np.array([5]), cfg)
@@ -241,7 +241,7 @@ def _jax_jit(cfg: Config) -> None:
     import jax
 
     x, p = _jqp(cfg)
-    qr, kr = jax.jit(lambda a, b: _rope(cfg).apply(a, a, b))(x, p)
+    qr, _kr = jax.jit(lambda a, b: _rope(cfg).apply(a, a, b))(x, p)
     _check(qr, x, p, cfg)
     one = jax.jit(lambda a, b: rotary.rotate(a, b, **_opts(cfg)))(x[:, :, :1], p[:1])
     _check(one, x[:, :, :1], p[:1], cfg)
@@ -286,7 +286,7 @@ def _transfer_guard(cfg: Config) -> None:
     rope.rotate(x1, p1)
     rope.cos_sin(p)
     with jax.transfer_guard("disallow"):
-        qr, kr = rope.apply(x, x, p)
+        qr, _kr = rope.apply(x, x, p)
         one = rope.rotate(x1, p1)
         c, s = rope.cos_sin(p)
     _check(qr, x, p, cfg)
@@ -437,37 +437,25 @@ def _eager(params: dict[str, Any]) -> None:
         _check(got[1], k, p2 + 1, cfg)
 
 
+def _step(lib: str, op: str, config: int, dtype: str, shape: str, pos: str) -> dict[str, Any]:
+    return {"lib": lib, "op": op, "config": config, "dtype": dtype, "shape": shape, "pos": pos}
+
+
 #: The follow-up mix of the state matrix: other shapes, dtypes, layouts, positions and decoding
 #: steps on both eager backends (and JAX where installed).
 EAGER: list[dict[str, Any]] = [
-    {"lib": "numpy", "op": "apply", "config": 0, "dtype": "float32", "shape": "prefill", "pos": "small"},
-    {"lib": "numpy", "op": "rotate", "config": 1, "dtype": "float64", "shape": "long", "pos": "past_table"},
-    {"lib": "numpy", "op": "rope_apply", "config": 2, "dtype": "float32", "shape": "decode", "pos": "table"},
-    {"lib": "numpy", "op": "k_pos", "config": 4, "dtype": "float16", "shape": "prefill", "pos": "huge"},
-    {"lib": "torch", "op": "apply", "config": 0, "dtype": "float32", "shape": "prefill", "pos": "small"},
-    {"lib": "torch", "op": "rope_apply", "config": 1, "dtype": "float32", "shape": "decode", "pos": "table"},
-    {
-        "lib": "torch",
-        "op": "rope_apply",
-        "config": 0,
-        "dtype": "float32",
-        "shape": "decode",
-        "pos": "past_table",
-    },
-    {"lib": "torch", "op": "rotate", "config": 3, "dtype": "bfloat16", "shape": "long", "pos": "huge"},
-    {"lib": "torch", "op": "apply", "config": 2, "dtype": "float64", "shape": "long", "pos": "table"},
-    {
-        "lib": "torch",
-        "op": "cos_sin",
-        "config": 4,
-        "dtype": "float32",
-        "shape": "prefill",
-        "pos": "past_table",
-    },
-    {"lib": "torch", "op": "k_pos", "config": 1, "dtype": "float16", "shape": "prefill", "pos": "small"},
-    {"lib": "jax", "op": "apply", "config": 1, "dtype": "float32", "shape": "prefill", "pos": "table"},
-    {"lib": "jax", "op": "rope_apply", "config": 0, "dtype": "float32", "shape": "decode", "pos": "small"},
-    {"lib": "jax", "op": "cos_sin", "config": 2, "dtype": "float32", "shape": "long", "pos": "past_table"},
+    _step("numpy", "apply", 0, "float32", "prefill", "small"),
+    _step("numpy", "rotate", 1, "float64", "long", "past_table"),
+    _step("numpy", "rope_apply", 2, "float32", "decode", "table"),
+    _step("numpy", "k_pos", 4, "float16", "prefill", "huge"),
+    _step("torch", "apply", 0, "float32", "prefill", "small"),
+    _step("torch", "rope_apply", 1, "float32", "decode", "table"),
+    _step("torch", "rotate", 3, "bfloat16", "long", "huge"),
+    _step("torch", "apply", 2, "float64", "long", "table"),
+    _step("torch", "k_pos", 1, "float16", "prefill", "small"),
+    _step("jax", "apply", 1, "float32", "prefill", "table"),
+    _step("jax", "rope_apply", 0, "float32", "decode", "small"),
+    _step("jax", "cos_sin", 2, "float32", "long", "past_table"),
 ]
 
 

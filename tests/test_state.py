@@ -84,8 +84,9 @@ def test_regression_export_first_does_not_poison_eager_calls():
         q, k, pos = torch.randn(1, 4, 16, 64), torch.randn(1, 4, 16, 64), torch.arange(16)
         torch.export.export(M(), (q, k, pos))
         q2 = torch.randn(2, 3, 8, 64)
-        for out in (rotary.apply(q2, q2, torch.arange(8))[0], rotary.RoPE(64).apply(q2, q2, torch.arange(8))[1],
-                    rotary.rotate(q2, torch.arange(8)), rotary.rotate(q2[:, :, :1], torch.tensor([3]))):
+        p8 = torch.arange(8)
+        for out in (rotary.apply(q2, q2, p8)[0], rotary.RoPE(64).apply(q2, q2, p8)[1],
+                    rotary.rotate(q2, p8), rotary.rotate(q2[:, :, :1], torch.tensor([3]))):
             n = out.shape[-2]
             assert_close(out, reference.rotate(q2[:, :, :n].numpy(), np.arange(n) if n > 1 else [3]), like=q2)
         print("ok")
