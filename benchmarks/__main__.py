@@ -9,14 +9,15 @@ import platform
 import sys
 import time
 
-SECTIONS = ("prefill", "decode", "tables", "hf", "linattn")
+SECTIONS = ("prefill", "decode", "tables", "hf", "linattn", "state")
 
 DESCRIPTION = """\
 Time rotary against hand-written RoPE, the copy floor and Hugging Face, and linear
 attention against softmax attention. Sections: prefill, decode, tables (cos/sin
 tables of 128k positions), hf (transformers' apply_rotary_pos_emb), linattn (linear
-attention scaling). Prints one table of medians and ratios measured in this run;
---json and --markdown also write the rows.
+attention scaling), state (each kind of rotary's state on and off: kept if it gains
+1.15x). Prints one table of medians and ratios measured in this run; --json and
+--markdown also write the rows.
 """
 
 
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     # dynamo warns about array_api_compat's lru_cache helpers once per helper: noise here
     warnings.filterwarnings("ignore", message="Dynamo detected a call to a `functools.lru_cache`")
     from . import rope as rb
+    from . import state
 
     reps = args.reps or (5 if args.quick else 15)
     funcs = {
@@ -134,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         "tables": rb.bench_tables,
         "hf": rb.bench_hf,
         "linattn": _linattn,
+        "state": state.bench_state,
     }
     rows: list = []
     t0 = time.time()

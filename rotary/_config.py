@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from ._lib import _validation as v
-from ._lib._cache import get_or_build
 from ._lib._typing import AngleMethod, Array, Device, DType, Layout, Namespace, PartialMode
 from ._math import _angles
 from .scaling import Scaling, resolve
@@ -97,17 +96,13 @@ class RopeConfig:
         return dataclasses.replace(self, scaling=scaling)
 
     def host_inv_freq(self) -> np.ndarray:
-        """The frequencies in float64 on the host, shape ``(width // 2,)`` (read-only, cached)."""
-
-        def build() -> tuple[np.ndarray, int]:
-            w = np.asarray(self.scaling.inv_freq(self.freq_dim, self.base), dtype=np.float64)
-            if self.partial == "proportional":
-                rot = self.rotated // 2
-                w = np.concatenate([w[:rot], np.zeros(self.head_dim // 2 - rot)])
-            w.setflags(write=False)
-            return w, w.nbytes
-
-        return get_or_build((self, "host_inv_freq"), build, "host")
+        """The frequencies in float64 on the host, shape ``(width // 2,)`` (computed when a
+        constant is built: not kept, see ``docs/guides/state.rst``)."""
+        w = np.asarray(self.scaling.inv_freq(self.freq_dim, self.base), dtype=np.float64)
+        if self.partial == "proportional":
+            rot = self.rotated // 2
+            w = np.concatenate([w[:rot], np.zeros(self.head_dim // 2 - rot)])
+        return w
 
 
 def build_constant(config: RopeConfig, kind: str, xp: Namespace, device: Device, dtype: DType) -> Array:

@@ -145,7 +145,7 @@ class Backend:
                 dt = xp.int32
             else:
                 raise v.positions_too_wide(name, rng[1] if rng[1] >= 2**31 else rng[0], self.name)
-            return xp.asarray(host.astype(np.int64), dtype=dt, device=device)
+            return self.to_device(host.astype(np.int64), dt, device)
         wide = self.widest_float(device)
         if wide != xp.float64:
             h32 = host.astype(np.float32)
@@ -154,8 +154,13 @@ class Backend:
                     f"{name} holds floating positions that float32 cannot represent exactly and this "
                     f"device has no float64; pass integer positions, or values exact in float32"
                 )
-            return xp.asarray(h32, dtype=xp.float32, device=device)
-        return xp.asarray(host.astype(np.float64), dtype=xp.float64, device=device)
+            return self.to_device(h32, xp.float32, device)
+        return self.to_device(host.astype(np.float64), xp.float64, device)
+
+    def to_device(self, host: np.ndarray, dtype: DType, device: Device) -> Array:
+        """Host values as an array of this namespace (an explicit transfer where the library
+        tells explicit from implicit ones)."""
+        return self.xp.asarray(host, dtype=dtype, device=device)
 
     # -- constants -----------------------------------------------------------------------------
     def constant(

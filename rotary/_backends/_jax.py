@@ -72,6 +72,12 @@ class JaxBackend(Backend):
     def positions(self, pos: Any, *, name: str, device: Device) -> tuple[Array, tuple[int, int] | None]:
         return super().positions(self._stacked(pos), name=name, device=device)
 
+    def to_device(self, host: Any, dtype: DType, device: Device) -> Array:
+        if _tracing():
+            return jnp.asarray(host, dtype=dtype)
+        # an explicit transfer (jax.transfer_guard("disallow") forbids implicit ones only)
+        return jax.device_put(host.astype(jnp.dtype(dtype)), device)
+
     def has_int64(self, device: Device) -> bool:
         return bool(jax.config.jax_enable_x64)  # pyright: ignore[reportAttributeAccessIssue]
 

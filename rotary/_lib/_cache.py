@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Literal, NamedTuple, TypeVar
 
+from . import _compat
 from ._validation import check_bool, check_int
 
 __all__ = [
@@ -49,16 +50,19 @@ __all__ = [
 
 V = TypeVar("V")
 
-#: The kinds of state, each switchable off for benchmarks (:func:`without`).
-StateKind = Literal["constants", "position_table", "decode_rows", "host", "ropes", "jit", "signatures"]
+#: The kinds of state, each switchable off for the benchmarks (:func:`without`).
+StateKind = Literal[
+    "constants", "position_table", "decode_rows", "ropes", "jit", "signatures", "plans", "namespaces"
+]
 STATE_KINDS: tuple[StateKind, ...] = (
     "constants",
     "position_table",
     "decode_rows",
-    "host",
     "ropes",
     "jit",
     "signatures",
+    "plans",
+    "namespaces",
 )
 
 _DEFAULT_LIMIT = 64 * 2**20
@@ -221,6 +225,7 @@ def clear_cache() -> None:
     and keeps its value)."""
     _CACHE.clear()
     _MEMO.clear()
+    _compat.memo_types(enabled=True)
 
 
 def set_cache_limit(nbytes: int) -> int:
@@ -246,11 +251,13 @@ def without(*kinds: StateKind) -> Iterator[None]:
         raise ValueError(f"unknown state kinds {sorted(bad)}; expected some of {STATE_KINDS}")
     old = set(_OFF)
     _OFF.update(kinds)
+    _compat.memo_types(enabled="namespaces" not in _OFF)
     try:
         yield
     finally:
         _OFF.clear()
         _OFF.update(old)
+        _compat.memo_types(enabled="namespaces" not in _OFF)
 
 
 # -- checked signatures ----------------------------------------------------------------------
@@ -265,7 +272,8 @@ def memo_get(key: Hashable) -> Any:
     nothing else need not run again), or :data:`MISSING`."""
     if "signatures" in _OFF:
         return _MISSING
-    return _MEMO.get(key, _MISSING)
+    plan = _MEMO.get(key, _MISSING)
+    return None if plan is not _MISSING and "plans" in _OFF else plan
 
 
 MISSING = _MISSING

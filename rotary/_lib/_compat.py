@@ -75,8 +75,17 @@ def library_name(xp: Namespace) -> str:
 
 
 #: Namespace of each array type seen (a handful of types): the common case, all arguments of
-#: one type, costs one dictionary lookup instead of array_api_compat's dispatch.
+#: one type, costs one dictionary lookup instead of array_api_compat's dispatch.  A type and a
+#: module: nothing a trace or a mode makes can enter it (see :mod:`rotary._lib._cache`).
 _BY_TYPE: dict[type, Namespace] = {}
+_MEMO_TYPES = [True]
+
+
+def memo_types(*, enabled: bool) -> None:
+    """Empty the namespace memo, and keep filling it or not (``rotary._lib._cache`` owns the
+    switch: :func:`~rotary._lib._cache.clear_cache` and the benchmarks' ``without``)."""
+    _BY_TYPE.clear()
+    _MEMO_TYPES[0] = enabled
 
 
 def namespace_of(*arrays: Any, names: tuple[str, ...]) -> Namespace:
@@ -130,7 +139,12 @@ def array_namespace(*arrays: Any, names: tuple[str, ...] = ()) -> Namespace:
             f"arrays must all come from the same array library; got {kinds}. "
             "Convert them to one library first (positions may also be NumPy arrays or Python values)."
         ) from None
-    if one is not None and len(real) == len([a for a in arrays if a is not None]) and len(_BY_TYPE) < 64:
+    if (
+        one is not None
+        and len(real) == len([a for a in arrays if a is not None])
+        and len(_BY_TYPE) < 64
+        and _MEMO_TYPES[0]
+    ):
         _BY_TYPE[one] = xp
     return xp
 

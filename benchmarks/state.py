@@ -1,0 +1,144 @@
+"""What each piece of rotary's state earns: every realistic call timed with all state and with
+one kind of state switched off (``rotary._lib._cache.without``), side by side in one run.
+
+A kind of state is kept only if it gains at least 1.15x (time without / time with) on one of
+the realistic shapes: a decoding step (1 token, 32 query and 8 key/value heads of 128) at
+position 4095 and at 100,000 (a long context), and a 4k prefill (1, 32, 4096, 128), on NumPy
+and torch (and a JAX decoding step for the jitted programs).  ``docs/guides/state.rst`` lists
+each kind with its key and bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import rotary
+from rotary._lib._cache import STATE_KINDS, without
+
+from ._timing import compare
+from .rope import DECODE_K, DECODE_POS, DECODE_Q, PREFILL, PREFILL_QUICK
+
+#: The gain a kind of state must show on one realistic shape to be kept.
+KEEP = 1.15
+
+#: A decoding position of a long context (past the per-position table of 32k positions).
+LONG_POS = 100_000
+
+#: The kinds each scenario can exercise (the others cannot change its time).
+_DECODE = ("constants", "position_table", "signatures", "plans", "namespaces")
+
+
+def _scenarios(quick: bool) -> list[tuple[str, tuple[str, ...], Callable[[], Any]]]:
+    rng = np.random.default_rng(3)
+    out: list[tuple[str, tuple[str, ...], Callable[[], Any]]] = []
+    dq = rng.standard_normal(DECODE_Q, dtype=np.float32)
+    dk = rng.standard_normal(DECODE_K, dtype=np.float32)
+    dp = np.array([DECODE_POS])
+    shape = PREFILL_QUICK if quick else PREFILL
+    pq = rng.standard_normal(shape, dtype=np.float32)
+    pk = rng.standard_normal((shape[0], shape[1] // 4, *shape[2:]), dtype=np.float32)
+    pp = np.arange(shape[-2])
+    rope = rotary.RoPE(DECODE_Q[-1])
+    libs: list[tuple[str, Callable[[np.ndarray], Any]]] = [("numpy", lambda a: a)]
+    try:
+        import torch
+
+        libs.append(("torch", torch.from_numpy))
+    except ImportError:  # pragma: no cover
+        pass
+    for lib, conv in libs:
+        q, k, p = conv(dq), conv(dk), conv(dp)
+        decode = (*_DECODE, "decode_rows") if lib == "torch" else _DECODE
+        out.append((f"{lib} decode RoPE.apply", decode, lambda q=q, k=k, p=p: rope.apply(q, k, p)))
+        out.append(
+            (f"{lib} decode rotary.apply", (*decode, "ropes"), lambda q=q, k=k, p=p: rotary.apply(q, k, p))
+        )
+        far = conv(np.array([LONG_POS]))  # long context: past the per-position table
+        out.append(
+            (
+                f"{lib} decode at {LONG_POS} RoPE.apply",
+                ("constants", "signatures", "namespaces"),
+                lambda q=q, k=k, p=far: rope.apply(q, k, p),
+            )
+        )
+        q, k, p = conv(pq), conv(pk), conv(pp)
+        out.append(
+            (
+                f"{lib} {shape[-2]} prefill RoPE.apply",
+                ("constants", "position_table", "signatures", "namespaces"),
+                lambda q=q, k=k, p=p: rope.apply(q, k, p),
+            )
+        )
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:  # pragma: no cover
+        return out
+    q, k, p = jnp.asarray(dq), jnp.asarray(dk), jnp.asarray(dp)
+    out.append(
+        (
+            "jax decode RoPE.apply",
+            ("jit", "constants", "position_table", "namespaces"),
+            lambda q=q, k=k, p=p: jax.block_until_ready(rope.apply(q, k, p)),
+        )
+    )
+    return out
+
+
+def _off(fn: Callable[[], Any], *kinds: Any) -> Callable[[], Any]:
+    def run() -> Any:
+        with without(*kinds):
+            return fn()
+
+    return run
+
+
+def bench_state(quick: bool, reps: int) -> list:
+    """Rows ``<scenario>: without <kind>`` (ratio: time without / time with all state), then one
+    verdict row per kind: its best gain, against :data:`KEEP`."""
+    rows: list = []
+    best: dict[str, tuple[float, str]] = {}
+    for name, kinds, fn in _scenarios(quick):
+        cases = {"all state": _off(fn)}
+        cases.update({f"without {k}": _off(fn, k) for k in kinds})
+        prefill = "prefill" in name
+        times = compare(cases, reps=reps, warmup=3 if prefill else 50, inner=1 if prefill else 100)
+        for k in kinds:
+            gain = times.ratio(f"without {k}", "all state")
+            rows.append(
+                {
+                    "section": "state",
+                    "backend": name.split(" ")[0],
+                    "case": f"{name}: without {k}",
+                    "ms": times[f"without {k}"] * 1e3,
+                    "baseline": f"all state ({times['all state'] * 1e3:.4g} ms)",
+                    "ratio": gain,
+                    "target": None,
+                    "floor_ratio": None,
+                    "floor_target": None,
+                    "ok": None,
+                }
+            )
+            if gain > best.get(k, (0.0, ""))[0]:
+                best[k] = (gain, name)
+    for k in STATE_KINDS:
+        gain, where = best.get(k, (None, "not exercised"))
+        rows.append(
+            {
+                "section": "state",
+                "backend": "kept if",
+                "case": f"{k}: best gain ({where})",
+                "ms": None,
+                "baseline": None,
+                "ratio": gain,
+                "target": KEEP,
+                "cmp": ">=",
+                "floor_ratio": None,
+                "floor_target": None,
+                "ok": None if gain is None else gain >= KEEP,
+            }
+        )
+    return rows
