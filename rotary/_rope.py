@@ -475,6 +475,33 @@ class RoPE(Rotary):
     def _rotation_dtype(self, x_dtype: DType, cdt: DType) -> DType:
         return x_dtype if self.config.angles == "float32" else cdt
 
+    def _fused(self, be: Backend, q: Array, k: Array | None, p: Array) -> tuple[Array, Array] | None:
+        """The backend's fused kernel for static angles, or ``None``."""
+        cfg = self.config
+        if cfg.scaling.dynamic:
+            return None
+        return be.fused_rope(
+            build_constant,
+            cfg,
+            q,
+            k,
+            p,
+            layout=cfg.layout,
+            rotary_dim=self._width,
+            exact=cfg.angles == "exact",
+            af=self._af,
+        )
+
+    def _rotate(self, be: Backend, x: Array, p: Array, rng: Range, dev: Device) -> Array:
+        out = self._fused(be, x, None, p)
+        return out[0] if out is not None else super()._rotate(be, x, p, rng, dev)
+
+    def _rotate_both(
+        self, be: Backend, q: Array, k: Array, p: Array, rng: Range, dev: Device
+    ) -> tuple[Array, Array]:
+        out = self._fused(be, q, k, p)
+        return out if out is not None else super()._rotate_both(be, q, k, p, rng, dev)
+
     def _pair_cos_sin(
         self, pos: Array, be: Backend, dev: Device, dtype: DType, rng: Range
     ) -> tuple[Array, Array]:

@@ -36,7 +36,9 @@ def test_readme_snippets_are_ruff_clean(tmp_path):
 
 def test_setup_commands_are_the_ci_ones():
     conformance = 'python3 -m pip install -c .ci/constraints.txt -e ".[all,peers]" && python3 -m conformance'
-    tests = 'python3 -m pip install -c .ci/constraints.txt -e ".[all,test,peers]" && python3 -m pytest'
+    tests = (
+        'python3 -m pip install -c .ci/constraints.txt -e ".[all,test,peers]" && python3 -m pytest -n auto'
+    )
     assert f"```bash\n{conformance}\n```" in TEXT
     assert f"```bash\n{tests}\n```" in TEXT
     assert tests in (ROOT / ".ci" / "run").read_text()

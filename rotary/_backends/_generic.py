@@ -282,6 +282,25 @@ class Backend:
 
         return get_or_build((config, "position_table", rows, self.name, dev, dtype), make, "position_table")
 
+    def fused_rope(
+        self,
+        build: ConstantBuilder,
+        config: Hashable,
+        q: Array,
+        k: Array | None,
+        pos: Array,
+        *,
+        layout: Layout,
+        rotary_dim: int,
+        exact: bool,
+        af: float,
+    ) -> tuple[Array, Array] | None:
+        """``q`` and ``k`` (``None``: ``q`` alone) rotated at positions ``pos`` by ``config``'s
+        static angles in one fused kernel (its ``"tables"`` or ``"float32_inv"`` constant from
+        ``build``), computing the generic code's bits; ``None`` where the library has no such
+        kernel for these arguments."""
+        return None
+
     def decode_plan(
         self,
         build: ConstantBuilder,

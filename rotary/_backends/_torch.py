@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import operator
+import os
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
@@ -184,6 +185,19 @@ def _ops(dtype: Any, device: Any) -> _eager.Ops:
 
 
 _INTEGER = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
+_KERNEL_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32})
+#: Triton's interpreter is on (read once, from the environment): the kernel also takes CPU tensors.
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _triton_device(x: Array) -> bool:
+    return bool(x.is_cuda or (_INTERPRET and x.device.type == "cpu"))
+
+
+def _plain_call(*xs: Array) -> bool:
+    """Eager tensors the kernel may take: plain ones (not fake), outside ``torch.func``
+    transforms (the custom op has no batching rule)."""
+    return _level() is None and all(_real(x) for x in xs)
 
 
 def _small_half_tables(c: Array, s: Array) -> tuple[Array, Array]:
@@ -365,6 +379,45 @@ class TorchBackend(Backend):
             return _rotate_small_half_joint(q, k, torch.cat([c, c]), torch.cat([-s, s]), h)
         C, S = _small_half_tables(c, s)
         return _rotate_small_half(q, C, S, h), _rotate_small_half(k, C, S, h)
+
+    def fused_rope(
+        self,
+        build: ConstantBuilder,
+        config: Hashable,
+        q: Array,
+        k: Array | None,
+        pos: Array,
+        *,
+        layout: Layout,
+        rotary_dim: int,
+        exact: bool,
+        af: float,
+    ) -> tuple[Array, Array] | None:
+        """The Triton kernel (:mod:`rotary._backends._triton`) for CUDA tensors (CPU ones under
+        Triton's interpreter) of float16, bfloat16 or float32 at integer positions, with at most
+        four leading axes; under ``torch.compile`` it is one custom op.  ``None`` elsewhere, and
+        inside ``torch.func`` transforms, fake modes or ``fast_paths(False)``."""
+        if not (
+            _triton_device(q)
+            and q.dtype in _KERNEL_DTYPES
+            and (k is None or (k.dtype == q.dtype and 2 <= k.ndim <= 5 and q.shape[-1] == k.shape[-1]))
+            and not pos.dtype.is_floating_point
+            and pos.dtype != torch.bool
+            and 2 <= q.ndim <= 5
+            and (
+                torch.compiler.is_compiling()
+                or (fast_paths_enabled() and _plain_call(q, pos, *(() if k is None else (k,))))
+            )
+        ):
+            return None
+        try:
+            from ._triton import rope_op
+        except ImportError:  # no triton
+            return None
+        dev = self.creation_device(q)
+        table = self.constant(build, config, "tables" if exact else "float32_inv", dev, torch.float32)
+        pk = None if k is None else pos
+        return rope_op(q, k, pos, pk, table, rotary_dim, layout == "half", exact, float(af), 1.0)
 
     def decode_plan(
         self,
