@@ -32,6 +32,8 @@ Launch parameters
 from __future__ import annotations
 
 # mypy: disable-error-code="untyped-decorator"
+# pyright: reportCallIssue=false
+# (Triton's launch takes the kernel's arguments, some unpacked from lists: no static count)
 import os
 from typing import Any
 
@@ -299,7 +301,7 @@ def launch(
         return qo, ko
     round_each = not exact and q.dtype != torch.float32
     extra = {} if INTERPRET else {"enable_fp_fusion": False}
-    _rope_kernel[grid](  # pyright: ignore[reportCallIssue]
+    _rope_kernel[grid](
         q, qo, pq, k, ko, pk, table, nqb,
         rq, qsz[1], qsz[2], qsz[3], *qst, qsd, *pqs,
         rk, ksz[1], ksz[2], ksz[3], *kst, ksd, *pks,
