@@ -14,7 +14,7 @@ from ._backends import backend_for
 from ._lib import _validation as chk
 from ._lib._compat import array_namespace, is_array
 from ._lib._typing import Array, RotaryEmbedding
-from ._rope import default_rope
+from ._rope import default_rope, eager_positions
 
 __all__ = ["attention"]
 
@@ -83,6 +83,13 @@ def attention(
         chk.check_array(x, name, what)
     xp = array_namespace(q, k, v, mask, names=("q", "k", "v", "mask"))
     be = backend_for(xp)
+    statics = (rope, causal, scale, block_size)
+    if be.jit_eagerly() and _hashable(statics):
+        # JAX outside a trace: positions checked here, then the whole call as one compiled
+        # program (no Python scalar moves to the device)
+        p = eager_positions(be, pos, "pos", q)
+        kp = eager_positions(be, k_pos, "k_pos", k)
+        return be.jit(_attention_jit, (0,))(statics, q, k, v, p, kp, mask)
     chk.check_qkv(arrays)
     be.check_dense([("q", q), ("k", k), ("v", v)])
     be.check_devices([("q", q), ("k", k), ("v", v)])
@@ -160,3 +167,20 @@ def attention(
         outs.append(xp.matmul(p, vc) / den)
     out = outs[0] if len(outs) == 1 else xp.concat(outs, axis=-2)
     return out if out.dtype == q.dtype else xp.astype(out, q.dtype)
+
+
+def _hashable(statics: tuple[Any, ...]) -> bool:
+    try:
+        hash(statics)
+    except TypeError:
+        return False
+    return True
+
+
+def _attention_jit(
+    statics: tuple[Any, ...], q: Array, k: Array, v: Array, p: Any, kp: Any, mask: Any
+) -> Array:
+    rope, causal, scale, block_size = statics
+    return attention(
+        q, k, v, p, rope=rope, k_pos=kp, causal=causal, mask=mask, scale=scale, block_size=block_size
+    )

@@ -36,7 +36,7 @@ from ._lib import _validation as chk
 from ._lib._compat import array_namespace, is_array, library_name
 from ._lib._typing import Array, Device, DType, FeatureMapName, Namespace, RotaryEmbedding, Similarity
 from ._math import _linear
-from ._rope import default_rope
+from ._rope import default_rope, eager_positions
 
 __all__ = ["FEATURE_MAPS", "LinearAttentionState", "combine", "linear_attention", "linear_attention_state"]
 
@@ -196,6 +196,11 @@ def _state_arrays(
                 "feature dim F, d_v); the state comes from inputs of a different shape, feature map or "
                 "similarity"
             )
+    _check_offset(offset)
+    return S, z, offset
+
+
+def _check_offset(offset: Any) -> None:
     if isinstance(offset, bool) or not (
         isinstance(offset, numbers.Integral)
         or (is_array(offset) and offset.ndim == 0 and chk.is_integral(offset.dtype))
@@ -204,7 +209,6 @@ def _state_arrays(
             "state.offset must be an integer (or a 0-d integer array), "
             f"got {type(offset).__name__} {offset!r}"
         )
-    return S, z, offset
 
 
 def _prepare(
@@ -324,6 +328,12 @@ def linear_attention_state(
     ((2, 8, 3), (2, 8), 5)
     """
     xp = _namespace(k=k, v_=v)
+    be = backend_for(xp)
+    statics = (rope, feature_map, similarity)
+    if be.jit_eagerly() and _jittable(statics):
+        p = eager_positions(be, pos, "pos", k)
+        S, z = be.jit(_state_jit, (0,))(statics, k, v, p, key_mask)
+        return LinearAttentionState(S, z, k.shape[-2])
     chunk, _ = _prepare(None, k, v, pos, None, rope, feature_map, similarity, 1.0, key_mask, None, xp)
     kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
     st = _linear.chunk_state(chunk, xp)
@@ -509,6 +519,26 @@ def linear_attention(
     (True, 16)
     """
     xp = _namespace(q, k=k, v_=v)
+    be = backend_for(xp)
+    statics = (rope, causal, feature_map, similarity, eps, chunk_size)
+    if be.jit_eagerly() and _jittable(statics):
+        # JAX outside a trace: positions checked here, then the whole call as one compiled
+        # program (no Python scalar moves to the device)
+        p = eager_positions(be, pos, "pos", q)
+        kp = eager_positions(be, k_pos, "k_pos", k)
+        S0 = z0 = None
+        off0: Any = 0
+        if state is not None:
+            if not isinstance(state, tuple) or len(state) != 3:
+                raise TypeError(
+                    f"state must be a LinearAttentionState(S, z, offset), got {type(state).__name__}"
+                )
+            S0, z0, off0 = state
+            _check_offset(off0)
+        out, S, z = be.jit(_linear_jit, (0,))(statics, q, k, v, p, kp, key_mask, S0, z0)
+        if not chk.check_bool(return_state, "return_state"):
+            return out
+        return out, LinearAttentionState(S, z, off0 + k.shape[-2])
     causal = chk.check_bool(causal, "causal")
     if causal and q.shape[-2] != k.shape[-2]:
         raise ValueError(
@@ -523,7 +553,6 @@ def linear_attention(
     chk.broadcast_shapes(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
     sdt = state[0].dtype if isinstance(state, tuple) and len(state) == 3 and is_array(state[0]) else None
     chunk, plan = _prepare(q, k, v, pos, k_pos, rope, feature_map, similarity, eps, key_mask, sdt, xp)
-    be = backend_for(xp)
     F = chunk.b.shape[-1]
     if state is not None:
         S0, z0, off0 = _state_arrays(state, xp, (*kv_lead, F, v.shape[-1]), (*kv_lead, F))
@@ -540,3 +569,48 @@ def linear_attention(
     if not return_state:
         return out
     return out, _state(S, z, off0 + k.shape[-2], kv_lead, be.xp)
+
+
+# -- JAX eager: one compiled program per call (the entry point itself, traced) -------------------
+def _jittable(statics: tuple[Any, ...]) -> bool:
+    """The static arguments can key a compiled program (a user's feature map is called eagerly,
+    where its features can be checked)."""
+    if any(callable(s) and not hasattr(s, "apply") for s in statics):
+        return False
+    try:
+        hash(statics)
+    except TypeError:
+        return False
+    return True
+
+
+def _linear_jit(
+    statics: tuple[Any, ...], q: Array, k: Array, v: Array, p: Any, kp: Any, mask: Any, S0: Any, z0: Any
+) -> tuple[Array, Array, Array]:
+    rope, causal, feature_map, similarity, eps, chunk_size = statics
+    state = None if S0 is None else LinearAttentionState(S0, z0, 0)
+    out, st = linear_attention(
+        q,
+        k,
+        v,
+        p,
+        rope=rope,
+        k_pos=kp,
+        causal=causal,
+        feature_map=feature_map,
+        similarity=similarity,
+        eps=eps,
+        chunk_size=chunk_size,
+        state=state,
+        return_state=True,
+        key_mask=mask,
+    )
+    return out, st.S, st.z
+
+
+def _state_jit(statics: tuple[Any, ...], k: Array, v: Array, p: Any, mask: Any) -> tuple[Array, Array]:
+    rope, feature_map, similarity = statics
+    st = linear_attention_state(
+        k, v, p, rope=rope, feature_map=feature_map, similarity=similarity, key_mask=mask
+    )
+    return st.S, st.z

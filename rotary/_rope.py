@@ -26,7 +26,7 @@ from ._math._angles import float32_recipe
 from ._math._rotation import expand_pairs
 from .scaling import Scaling, resolve
 
-__all__ = ["RoPE", "Rotary", "default_rope", "rope_of"]
+__all__ = ["RoPE", "Rotary", "default_rope", "eager_positions", "rope_of"]
 
 Range = tuple[int, int] | None
 
@@ -576,6 +576,15 @@ def rope_of(
     except TypeError:  # e.g. a list given for base: let RoPE's checks name it
         return build()
     return get_or_build(key, lambda: (build(), 1024), "ropes")
+
+
+def eager_positions(be: Backend, pos: Any, name: str, x: Array) -> Any:
+    """``pos`` (``None`` kept) as an array of ``x``'s library beside it, its values checked
+    where they can be read: what an entry point does before compiling the rest of the call."""
+    if pos is None:
+        return None
+    be.position_shape(pos, name=name)
+    return be.positions(pos, name=name, device=be.creation_device(x))[0]
 
 
 def default_rope(
