@@ -114,6 +114,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="+", choices=SECTIONS, help="run only these sections")
     p.add_argument("--reps", type=int, help="interleaved repetitions (default 5 quick, 15 full)")
     p.add_argument(
+        "--gpu",
+        action="store_true",
+        help="the GPU matrix instead (torch CUDA generic/Triton/compile, CuPy, JAX GPU; decode, 4k and "
+        "32k prefill; both layouts; float32 and bfloat16), written to benchmarks/results-gpu.json "
+        "unless --json says otherwise; without a CUDA device it says so and exits 0",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         default=1,
@@ -121,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         "oversubscribed and multi-threaded kernels stall unpredictably; 0 keeps library defaults)",
     )
     args = p.parse_args(argv)
+    if args.gpu:
+        from . import gpu
+
+        return gpu.main(args.json or "benchmarks/results-gpu.json", args.quick)
     _set_threads(args.threads)
     import warnings
 

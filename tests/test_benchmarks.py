@@ -45,3 +45,26 @@ def test_softmax_over_linear_row_reads_as_labelled(n_softmax):
     assert "| 50.00 |" in line and ">= 10" in line and "missed" not in line and "met" not in line
     scaling = next(t for t in table.splitlines() if "time(8k) / time(1k)" in t)
     assert "| <= 10 |" in scaling and scaling.endswith("| met |")
+
+
+def test_gpu_matrix_without_a_gpu_says_so_and_succeeds(capsys, tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the matrix would run")
+    assert suite.main(["--gpu", "--json", str(tmp_path / "gpu.json")]) == 0
+    assert "no CUDA GPU" in capsys.readouterr().out
+    assert not (tmp_path / "gpu.json").exists()
+
+
+def test_gpu_matrix_code_runs_here_at_tiny_shapes():
+    """The GPU matrix's own code, on the CPU at tiny shapes (timing meaningless): every row well
+    formed, the copy floor at 100 %."""
+    pytest.importorskip("torch")
+    from benchmarks import gpu
+
+    rows = gpu.rows("cpu", quick=True, reps=1)
+    assert {r["case"] for r in rows} >= {"copy (floor)", "torch generic"}
+    for r in rows:
+        assert r["us"] > 0 and r["GB/s"] > 0 and r["% of copy"] > 0
+        if r["case"] == "copy (floor)":
+            assert r["% of copy"] == pytest.approx(100.0)

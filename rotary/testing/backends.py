@@ -47,6 +47,8 @@ class Backend:
     host_values: bool = True
     #: Supports ``jax.jit`` / ``torch.compile`` style tracing (which tests apply).
     tracer: str | None = None
+    #: Arrays live on a GPU (``pytest -m gpu`` selects these).
+    gpu: bool = False
 
     @property
     def xp(self) -> Any:
@@ -144,12 +146,13 @@ ALL_BACKENDS: tuple[Backend, ...] = (
         bfloat16=True,
         host_values=False,
         tracer="torch.compile",
+        gpu=True,
     ),
     Backend("jax", "jax", _module("jax.numpy"), writeable=False, bfloat16=True, tracer="jax.jit"),
     Backend(
         "dask", "dask", _compat("dask.array"), writeable=False, lazy=True, float16=False, host_values=False
     ),
-    Backend("cupy", "cupy", _compat("cupy"), host_values=False),
+    Backend("cupy", "cupy", _compat("cupy"), host_values=False, gpu=True),
 )
 
 
@@ -196,8 +199,10 @@ def available(names: str | None = None) -> list[Backend]:
         if not _installed(b):
             continue
         if b.module == "jax":
-            x64 = bool(importlib.import_module("jax").config.jax_enable_x64)
-            b = dataclasses.replace(b, float64=x64, int64=x64)
+            jax = importlib.import_module("jax")
+            x64 = bool(jax.config.jax_enable_x64)
+            on_gpu = jax.default_backend() in ("gpu", "cuda", "rocm")
+            b = dataclasses.replace(b, float64=x64, int64=x64, gpu=on_gpu, host_values=not on_gpu)
         out.append(b)
     return out
 
@@ -212,14 +217,16 @@ def get(name: str) -> Backend:
 
 def backend_params() -> list[Any]:
     """``pytest.param`` per backend of ``$ROTARY_BACKENDS`` (default all), id'd by name;
-    those not installed or usable here are marked skip (so the matrix shows them)."""
+    those not installed or usable here are marked skip (so the matrix shows them), those on a
+    GPU are marked ``gpu`` (``pytest -m gpu`` runs the suite on the GPU backends only)."""
     import pytest  # test-only helper
 
     avail = {b.name: b for b in available()}
     out = []
     for b in _selected(None):
         if b.name in avail:
-            out.append(pytest.param(avail[b.name], id=b.name))
+            marks = [pytest.mark.gpu] if avail[b.name].gpu else []
+            out.append(pytest.param(avail[b.name], id=b.name, marks=marks))
         else:
             out.append(
                 pytest.param(b, id=b.name, marks=pytest.mark.skip(reason=f"{b.name} not installed/usable"))
