@@ -12,6 +12,7 @@ from typing import Any
 
 from ._backends import backend_for
 from ._lib import _validation as chk
+from ._lib._cache import fast_paths_enabled
 from ._lib._compat import array_namespace, is_array
 from ._lib._typing import Array, RotaryEmbedding
 from ._rope import default_rope, eager_positions
@@ -85,6 +86,7 @@ def attention(
     be = backend_for(xp)
     statics = (rope, causal, scale, block_size)
     if be.jit_eagerly() and _hashable(statics):
+        statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
         # JAX outside a trace: positions checked here, then the whole call as one compiled
         # program (no Python scalar moves to the device)
         p = eager_positions(be, pos, "pos", q)
@@ -180,7 +182,7 @@ def _hashable(statics: tuple[Any, ...]) -> bool:
 def _attention_jit(
     statics: tuple[Any, ...], q: Array, k: Array, v: Array, p: Any, kp: Any, mask: Any
 ) -> Array:
-    rope, causal, scale, block_size = statics
+    rope, causal, scale, block_size, _ = statics
     return attention(
         q, k, v, p, rope=rope, k_pos=kp, causal=causal, mask=mask, scale=scale, block_size=block_size
     )

@@ -33,6 +33,7 @@ from typing import Any, Literal, NamedTuple, overload
 
 from ._backends import Backend, backend_for
 from ._lib import _validation as chk
+from ._lib._cache import fast_paths_enabled
 from ._lib._compat import array_namespace, is_array, library_name
 from ._lib._typing import Array, Device, DType, FeatureMapName, Namespace, RotaryEmbedding, Similarity
 from ._math import _linear
@@ -331,6 +332,7 @@ def linear_attention_state(
     be = backend_for(xp)
     statics = (rope, feature_map, similarity)
     if be.jit_eagerly() and _jittable(statics):
+        statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
         p = eager_positions(be, pos, "pos", k)
         S, z = be.jit(_state_jit, (0,))(statics, k, v, p, key_mask)
         return LinearAttentionState(S, z, k.shape[-2])
@@ -522,6 +524,7 @@ def linear_attention(
     be = backend_for(xp)
     statics = (rope, causal, feature_map, similarity, eps, chunk_size)
     if be.jit_eagerly() and _jittable(statics):
+        statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
         # JAX outside a trace: positions checked here, then the whole call as one compiled
         # program (no Python scalar moves to the device)
         p = eager_positions(be, pos, "pos", q)
@@ -587,7 +590,7 @@ def _jittable(statics: tuple[Any, ...]) -> bool:
 def _linear_jit(
     statics: tuple[Any, ...], q: Array, k: Array, v: Array, p: Any, kp: Any, mask: Any, S0: Any, z0: Any
 ) -> tuple[Array, Array, Array]:
-    rope, causal, feature_map, similarity, eps, chunk_size = statics
+    rope, causal, feature_map, similarity, eps, chunk_size, _ = statics
     state = None if S0 is None else LinearAttentionState(S0, z0, 0)
     out, st = linear_attention(
         q,
@@ -609,7 +612,7 @@ def _linear_jit(
 
 
 def _state_jit(statics: tuple[Any, ...], k: Array, v: Array, p: Any, mask: Any) -> tuple[Array, Array]:
-    rope, feature_map, similarity = statics
+    rope, feature_map, similarity, _ = statics
     st = linear_attention_state(
         k, v, p, rope=rope, feature_map=feature_map, similarity=similarity, key_mask=mask
     )

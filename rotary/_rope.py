@@ -19,7 +19,7 @@ from . import _hfconfig
 from ._backends import Backend, backend_for
 from ._config import RopeConfig, build_constant
 from ._lib import _validation as v
-from ._lib._cache import MISSING, get_or_build, memo_add, memo_get
+from ._lib._cache import MISSING, fast_paths_enabled, get_or_build, memo_add, memo_get
 from ._lib._compat import array_namespace, as_namespace, is_array, library_name, namespace_of
 from ._lib._typing import AngleMethod, Array, Device, DType, Layout, Namespace, PartialMode, RotaryEmbedding
 from ._math._angles import float32_recipe
@@ -124,7 +124,8 @@ class Rotary:
         if be.jit_eagerly():
             if not any(dtype == getattr(xp, n) for n in v.FLOAT_NAMES if hasattr(xp, n)):
                 raise _foreign_dtype(dtype, be)
-            return be.jit(_cos_sin_jit, (0, 1, 2, 3, 4))(self, be, device, dtype, full, p)
+            jit = be.jit(_cos_sin_jit, (0, 1, 2, 3, 4, 5))
+            return jit(self, be, device, dtype, full, fast_paths_enabled(), p)
         return self._cos_sin(be, device, dtype, full, p, rng)
 
     def _cos_sin(
@@ -208,7 +209,7 @@ class Rotary:
             )
         if kp is p:
             if be.jit_eagerly():
-                return be.jit(_apply_jit, (0, 1, 2))(self, be, dev, q, k, p)
+                return be.jit(_apply_jit, (0, 1, 2, 3))(self, be, dev, fast_paths_enabled(), q, k, p)
             return self._rotate_both(be, q, k, p, rng, dev)
         return self._rotate(be, q, p, rng, dev), self._rotate(be, k, kp, krng, dev)
 
@@ -261,11 +262,11 @@ class Rotary:
         rd = self._rotation_dtype(x.dtype, cdt)
         if c.dtype != rd:
             c, s = be.xp.astype(c, rd), be.xp.astype(s, rd)
-        return c, s
+        return be.materialize(c, s)
 
     def _rotate(self, be: Backend, x: Array, p: Array, rng: Range, dev: Device) -> Array:
         if be.jit_eagerly():  # JAX outside a trace: one compiled program, no host transfers
-            return be.jit(_rotate_jit, (0, 1, 2))(self, be, dev, x, p)
+            return be.jit(_rotate_jit, (0, 1, 2, 3))(self, be, dev, fast_paths_enabled(), x, p)
         c, s = self._cos_sin_for(be, x, p, rng, dev)
         return be.rotate(x, c, s, layout=self.layout, rotary_dim=self._width)
 
@@ -276,19 +277,22 @@ class Rotary:
         return be.rotate_both(q, k, c, s, layout=self.layout, rotary_dim=self._width)
 
 
-# The jitted cores of JAX eager calls (static: the rotation, its backend, the device; the
-# positions are traced, so their values are read outside, by the checks, and never here).
-def _rotate_jit(rope: Rotary, be: Backend, dev: Device, x: Array, p: Array) -> Array:
+# The jitted cores of JAX eager calls (static: the rotation, its backend, the device and the
+# fast-path switch, read while tracing; the positions are traced, so their values are read
+# outside, by the checks, and never here).
+def _rotate_jit(rope: Rotary, be: Backend, dev: Device, fast: bool, x: Array, p: Array) -> Array:
     c, s = rope._cos_sin_for(be, x, p, None, dev)
     return be.rotate(x, c, s, layout=rope.layout, rotary_dim=rope._width)
 
 
-def _apply_jit(rope: Rotary, be: Backend, dev: Device, q: Array, k: Array, p: Array) -> tuple[Array, Array]:
+def _apply_jit(
+    rope: Rotary, be: Backend, dev: Device, fast: bool, q: Array, k: Array, p: Array
+) -> tuple[Array, Array]:
     return rope._rotate_both(be, q, k, p, None, dev)
 
 
 def _cos_sin_jit(
-    rope: Rotary, be: Backend, dev: Device, dtype: DType, full: bool, p: Array
+    rope: Rotary, be: Backend, dev: Device, dtype: DType, full: bool, fast: bool, p: Array
 ) -> tuple[Array, Array]:
     return rope._cos_sin(be, dev, dtype, full, p, None)
 

@@ -186,6 +186,11 @@ class Backend:
         """``kernel(x)``; lazy backends run it on blocks of whole heads along ``axis``."""
         return kernel(x)
 
+    def materialize(self, c: Array, s: Array) -> tuple[Array, Array]:
+        """cos/sin computed once, before the rotation reads them (a compiler may otherwise fuse
+        their computation into every element of q and k, once per head)."""
+        return c, s
+
     def rotate(self, x: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int) -> Array:
         """The rotation of the first ``rotary_dim`` features of ``x`` by the pairs' cos/sin."""
         return rotate_pairs(x, c, s, layout=layout, rotary_dim=rotary_dim, xp=self.xp)

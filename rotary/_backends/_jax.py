@@ -13,9 +13,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .._lib._cache import get_or_build, register_library
-from .._lib._typing import Array, Device, DType
+from .._lib._cache import fast_paths_enabled, get_or_build, register_library
+from .._lib._typing import Array, Device, DType, Layout
 from .._math import _linear
+from .._math._rotation import rotate_pairs
 from ._generic import Backend, ConstantBuilder, sized
 from ._scan import _pad_seq
 
@@ -161,6 +162,24 @@ class JaxBackend(Backend):
 
     def _loop_free(self, n: Any) -> bool:
         return not isinstance(n, int)  # symbolic length (jax.export)
+
+    def rotate(self, x: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int) -> Array:
+        if layout == "interleaved" and fast_paths_enabled():
+            return rotate_pairs(x, c, s, layout=layout, rotary_dim=rotary_dim, xp=self.xp, pairs_first=True)
+        return super().rotate(x, c, s, layout=layout, rotary_dim=rotary_dim)
+
+    def materialize(self, c: Array, s: Array) -> tuple[Array, Array]:
+        # XLA would fuse the angle composition (six gathered tables, twelve flops) into the
+        # rotation of every head: computed once per position instead (~1.3x on a 4k prefill)
+        if not fast_paths_enabled():
+            return c, s
+        # (XLA on the CPU drops optimization barriers; a scatter is never fused into its users)
+        cs = jnp.stack([c, s])
+        flat = jnp.reshape(cs, (-1,))
+        idx = jnp.arange(flat.shape[0])
+        out = jnp.zeros_like(flat).at[idx].set(flat, unique_indices=True, indices_are_sorted=True)
+        out = jnp.reshape(out, cs.shape)
+        return out[0], out[1]
 
     def jit_eagerly(self) -> bool:
         return not _tracing()

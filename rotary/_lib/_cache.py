@@ -294,6 +294,8 @@ _FAST: contextvars.ContextVar[bool] = contextvars.ContextVar("rotary_fast_paths"
 
 
 def fast_paths_enabled() -> bool:
+    """The switch's value here (not traceable by ``torch.compile``: read it outside traced code,
+    or after a check that the code is not being compiled)."""
     return _FAST.get()
 
 
