@@ -24,7 +24,7 @@ from ._lib._compat import array_namespace, as_namespace, is_array, library_name,
 from ._lib._typing import AngleMethod, Array, Device, DType, Layout, Namespace, PartialMode, RotaryEmbedding
 from ._math._angles import float32_recipe
 from ._math._rotation import expand_pairs
-from .scaling import Scaling, resolve
+from .scaling import Scaling, as_fields, from_fields, resolve
 
 __all__ = ["RoPE", "Rotary", "default_rope", "eager_positions", "rope_of"]
 
@@ -547,6 +547,10 @@ def _static_cos_sin(
     return be.exact_cos_sin(pos, build_constant, cfg, device=dev, dtype=dtype, rng=rng)
 
 
+def _fields_of_items(items: tuple[tuple[str, Any], ...]) -> tuple[str, tuple[Any, ...]]:
+    return as_fields(dict(items))
+
+
 def rope_of(
     be: Backend,
     head_dim: int,
@@ -573,6 +577,10 @@ def rope_of(
         partial=partial,
     )
     if be.tracing():
+        if isinstance(scaling, dict):  # parsed for real (a trace cannot run the parser)
+            items = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in scaling.items())
+            scaling = from_fields(*be.eager(_fields_of_items, items))
+            build = functools.partial(build, scaling=scaling)
         return build()
     key = ("rope_of", head_dim, base, layout, rotary_dim, resolve(scaling), angles, partial)
     try:

@@ -689,6 +689,18 @@ def resolve(scaling: Any) -> Scaling:
     )
 
 
+def as_fields(scaling: Any) -> tuple[str, tuple[Any, ...]]:
+    """``scaling`` (a :class:`Scaling` or an HF dict, resolved) as its ``rope_type`` and field
+    values: plain values that a ``torch.compile`` trace can receive as constants."""
+    sc = resolve(scaling)
+    return type(sc).rope_type, tuple(getattr(sc, f.name) for f in dataclasses.fields(sc) if f.init)
+
+
+def from_fields(kind: str, values: tuple[Any, ...]) -> Scaling:
+    """The scaling of :func:`as_fields`' result."""
+    return _REGISTRY[kind](*values)
+
+
 #: HF dict keys whose dataclass field has another name.
 _RENAMES = {"attention_factor": "attention_factor_"}
 #: Keys of HF dicts that describe the RoPE, not the scaling.

@@ -59,8 +59,9 @@ def _expected(steps: list[list]) -> int:
 
 @pytest.mark.parametrize("first", list(S.CONTEXTS))
 def test_first_context_then_eager_calls(first):
-    """The state matrix: a first context twice (two configurations), then every eager follow-up."""
-    steps = [[first, 0], [first, 3], *(["eager", e] for e in S.EAGER)]
+    """The state matrix: a first context three times (a plain configuration, a partial
+    interleaved one, an HF scaling dict), then every eager follow-up."""
+    steps = [[first, 0], [first, 3], [first, 4], *(["eager", e] for e in S.EAGER)]
     assert_all_ok(run_fresh(steps), _expected(steps))
 
 

@@ -172,7 +172,8 @@ class Backend:
 
     def eager(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` run for real, even inside a trace (``torch.compile`` sees the result
-        as a constant); ``fn`` must return a string or an array."""
+        as a constant); ``fn`` must return plain values (strings, numbers, tuples of them) or
+        an array."""
         return fn(*args)
 
     # -- kernels -------------------------------------------------------------------------------

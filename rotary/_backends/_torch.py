@@ -147,6 +147,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _numbers(value: Any) -> Any:
+    """Ints and floats (in tuples) that ``torch.compile`` made symbolic, specialised."""
+    if isinstance(value, tuple):
+        return tuple(_numbers(v) for v in value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _plain(value)
+    return value
+
+
 def _rebuild(value: Any) -> Any:
     if isinstance(value, tuple) and len(value) == 3 and value[0] == _DATACLASS:
         return value[1](*(_rebuild(v) for v in value[2]))
@@ -325,7 +334,7 @@ class TorchBackend(Backend):
         return _constant(build, config, kind, device, dtype)
 
     def eager(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return _call(fn, *args)
+        return _call(fn, *_numbers(args))
 
     def _eager_ok(self, x: Array) -> bool:
         """The eager kernels apply to ``x`` (our own cos/sin tables are plain CPU tensors
