@@ -84,7 +84,7 @@ def attention(
         chk.check_array(x, name, what)
     xp = array_namespace(q, k, v, mask, names=("q", "k", "v", "mask"))
     be = backend_for(xp)
-    statics = (rope, causal, scale, block_size)
+    statics: tuple[Any, ...] = (rope, causal, scale, block_size)
     if be.jit_eagerly() and _hashable(statics):
         statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
         # JAX outside a trace: positions checked here, then the whole call as one compiled

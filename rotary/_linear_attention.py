@@ -330,7 +330,7 @@ def linear_attention_state(
     """
     xp = _namespace(k=k, v_=v)
     be = backend_for(xp)
-    statics = (rope, feature_map, similarity)
+    statics: tuple[Any, ...] = (rope, feature_map, similarity)
     if be.jit_eagerly() and _jittable(statics):
         statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
         p = eager_positions(be, pos, "pos", k)
@@ -522,7 +522,7 @@ def linear_attention(
     """
     xp = _namespace(q, k=k, v_=v)
     be = backend_for(xp)
-    statics = (rope, causal, feature_map, similarity, eps, chunk_size)
+    statics: tuple[Any, ...] = (rope, causal, feature_map, similarity, eps, chunk_size)
     if be.jit_eagerly() and _jittable(statics):
         statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
         # JAX outside a trace: positions checked here, then the whole call as one compiled
