@@ -43,7 +43,9 @@ def attention(
     q, k : array
         Queries ``(..., N, d)`` and keys ``(..., M, d)``, same floating dtype.
     v : array
-        Values ``(..., M, d_v)``.  Leading axes broadcast.
+        Values ``(..., M, d_v)``.  Leading axes broadcast; or grouped-query heads: ``k`` and
+        ``v`` with ``H / g`` heads (axis -3) for ``q``'s ``H``, each key/value head serving
+        ``g`` consecutive query heads (as ``repeat_interleave``, never materialised).
     pos : array or int or sequence, optional
         Query positions, broadcast to ``q.shape[:-1]``; ``None`` (default): no rotation.
     rope : RoPE or AxialRoPE or MRoPE, optional
@@ -99,9 +101,8 @@ def attention(
     if block_size is not None:
         block_size = chk.check_int(block_size, "block_size", minimum=1)
     n, m, d = q.shape[-2], k.shape[-2], q.shape[-1]
-    lead = chk.broadcast_shapes(
-        tuple(q.shape[:-2]), tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="q, k and v"
-    )
+    kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
+    lead, groups = chk.query_groups(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
     scale = 1.0 / math.sqrt(d) if scale is None else chk.check_float(scale, "scale")
     if mask is not None:
         if not is_array(mask):
@@ -129,6 +130,8 @@ def attention(
     out_shape = (*lead, n, v.shape[-1])
     if m == 0 or n == 0:
         return xp.zeros(out_shape, dtype=q.dtype, device=dev)
+    if groups > 1:  # grouped-query heads: q's heads as (key head, group), no repeat of k and v
+        qc, kc, vc, mask = _grouped(xp, groups, qc, kc, vc, mask)
     is_bool = mask is not None and xp.isdtype(mask.dtype, "bool")
     if mask is not None:
         # Keys that no query sees (padding: False, or -inf added) must not reach the output even
@@ -168,7 +171,23 @@ def attention(
         den = xp.where(den > 0, den, xp.ones_like(den))
         outs.append(xp.matmul(p, vc) / den)
     out = outs[0] if len(outs) == 1 else xp.concat(outs, axis=-2)
+    if groups > 1:
+        out = xp.reshape(out, out_shape)
     return out if out.dtype == q.dtype else xp.astype(out, q.dtype)
+
+
+def _grouped(xp: Any, g: int, q: Array, k: Array, v: Array, mask: Any) -> tuple[Array, Array, Array, Any]:
+    """``q`` ``(..., H, N, d)`` as ``(..., H/g, g, N, d)``; ``k``, ``v`` and a mask with one row per
+    key head or none get a size-1 group axis (broadcast, never materialised)."""
+    hq = q.shape[-3]
+    q = xp.reshape(q, (*q.shape[:-3], hq // g, g, *q.shape[-2:]))
+    k, v = xp.expand_dims(k, axis=-3), xp.expand_dims(v, axis=-3)
+    if mask is not None and mask.ndim >= 3:
+        if mask.shape[-3] == hq:
+            mask = xp.reshape(mask, (*mask.shape[:-3], hq // g, g, *mask.shape[-2:]))
+        else:  # one row for all heads
+            mask = xp.expand_dims(mask, axis=-3)
+    return q, k, v, mask
 
 
 def _hashable(statics: tuple[Any, ...]) -> bool:

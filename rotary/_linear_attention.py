@@ -459,7 +459,10 @@ def linear_attention(
     q, k : array
         Queries ``(..., N, d)`` and keys ``(..., M, d)``, real floating, same dtype.
     v : array
-        Values ``(..., M, d_v)``.  Leading axes of ``q``, ``k``, ``v`` broadcast.
+        Values ``(..., M, d_v)``.  Leading axes of ``q``, ``k``, ``v`` broadcast; or
+        grouped-query heads: ``k`` and ``v`` with ``H / g`` heads (axis -3) for ``q``'s ``H``,
+        each key/value head serving ``g`` consecutive query heads (never repeated in memory;
+        the state has the keys' heads).
     pos : array or int or sequence, optional
         Positions, broadcast to ``q.shape[:-1]`` (and ``k.shape[:-1]`` unless ``k_pos`` is
         given).  ``None`` (default): plain linear attention, no rotation.
@@ -553,7 +556,7 @@ def linear_attention(
         chunk_size = chk.check_int(chunk_size, "chunk_size", minimum=1)
     return_state = chk.check_bool(return_state, "return_state")
     kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
-    chk.broadcast_shapes(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
+    lead, groups = chk.query_groups(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
     sdt = state[0].dtype if isinstance(state, tuple) and len(state) == 3 and is_array(state[0]) else None
     chunk, plan = _prepare(q, k, v, pos, k_pos, rope, feature_map, similarity, eps, key_mask, sdt, xp)
     F = chunk.b.shape[-1]
@@ -564,14 +567,38 @@ def linear_attention(
     else:
         S0 = z0 = None
         off0 = 0
+    if groups > 1:  # grouped-query heads: q's heads as (key head, group), no repeat of k and v
+        chunk, S0, z0 = _grouped(xp, groups, chunk, S0, z0)
     size = 128 if chunk_size is None else chunk_size
     if not be.tracing():  # the length may be symbolic under a trace (dynamic shapes, jax.export)
         size = max(1, min(q.shape[-2], size))
     core = be.jit(_core, (0, 1, 2, 3, 4, 5))
     out, S, z = core(plan, causal, size, be, be.creation_device(k), q.dtype, chunk, S0, z0)
+    if groups > 1:
+        out = xp.reshape(out, (*lead, *out.shape[-2:]))
+        S, z = S[..., 0, :, :], z[..., 0, :]
     if not return_state:
         return out
     return out, _state(S, z, off0 + k.shape[-2], kv_lead, be.xp)
+
+
+def _grouped(
+    xp: Namespace, g: int, ch: _linear.Chunk, S0: Array | None, z0: Array | None
+) -> tuple[_linear.Chunk, Array | None, Array | None]:
+    """Query features ``(..., H, N, F)`` as ``(..., H/g, g, N, F)``; key features, values and
+    the state get a size-1 group axis (broadcast, never materialised)."""
+
+    def split(x: Array) -> Array:
+        return xp.reshape(x, (*x.shape[:-3], x.shape[-3] // g, g, *x.shape[-2:]))
+
+    def one(x: Array) -> Array:
+        return xp.expand_dims(x, axis=-3)
+
+    a = None if ch.a is None else split(ch.a)
+    c = None if ch.c is None else split(ch.c)
+    S0 = None if S0 is None else one(S0)
+    z0 = None if z0 is None else xp.expand_dims(z0, axis=-2)
+    return _linear.Chunk(a, c, one(ch.b), one(ch.e), one(ch.v)), S0, z0
 
 
 # -- JAX eager: one compiled program per call (the entry point itself, traced) -------------------

@@ -377,6 +377,12 @@ _JAX_SCRIPT = textwrap.dedent(
                 q, k, v, pos, mesh=mesh, axis_name="d", causal=c, chunk_size=4)
             name = f"sequence_parallel/causal={causal}/{types.name}"
             check(name, f, (q, k, v), P(None, None, "d"), mesh, ref)
+    mesh = jax.make_mesh((8,), ("d",))
+    kg, vg = k[:, :2], v[:, :2]  # grouped-query: 2 key/value heads for 8 query heads
+    refg = rotary.linear_attention(q, np.repeat(kg, 4, 1), np.repeat(vg, 4, 1), npos, causal=True)
+    f = lambda q, k, v: sequence_parallel_linear_attention(
+        q, k, v, pos, mesh=mesh, axis_name="d", causal=True, chunk_size=4)
+    check("sequence_parallel/causal=True/gqa", f, (q, kg, vg), P(None, None, "d"), mesh, refg)
     mesh = jax.make_mesh((2, 4), ("data", "seq"))
     f = lambda q, k, v: sequence_parallel_linear_attention(
         q, k, v, pos, mesh=mesh, axis_name="seq", lead_axes=("data", None), chunk_size=4)
@@ -404,7 +410,7 @@ def jax8():
 
 
 def test_jax_sharded_outputs_keep_sharding_and_match(jax8):
-    assert len(jax8) == (3 + 5 + 2) + (3 + 1 + 1) + 1
+    assert len(jax8) == (3 + 5 + 2) + (3 + 1 + 1) + 1 + 1
     for name, r in jax8.items():
         assert r["same_sharding"], f"{name}: output sharding differs from the input's"
         # against the one-device float32 result: only the order of float32 sums differs

@@ -266,6 +266,27 @@ def check_broadcast(pos_shape: tuple[Any, ...], lead: tuple[Any, ...], pos_name:
         )
 
 
+def query_groups(q_lead: tuple[Any, ...], kv_lead: tuple[Any, ...], names: str) -> tuple[tuple[Any, ...], int]:
+    """The leading (batch/head) shape of the outputs, and the number of query heads per key head:
+    ``q``'s leading axes broadcast with the keys' (``1``), or differ only in the head axis (the
+    last leading one), ``q``'s a multiple of the keys' (grouped-query attention: that many query
+    heads share each key/value head)."""
+    try:
+        return broadcast_shapes(q_lead, kv_lead, names=names), 1
+    except ValueError:
+        if not (q_lead and kv_lead and _known(q_lead[-1]) and _known(kv_lead[-1])):
+            raise
+        hq, hk = q_lead[-1], kv_lead[-1]
+        if hk == 0 or hq % hk:
+            raise ValueError(
+                f"the leading (batch/head) axes of {names} do not broadcast: {tuple(q_lead)}, "
+                f"{tuple(kv_lead)}; grouped-query attention needs q's head count (axis -3, {hq}) to "
+                f"be a multiple of the keys' ({hk})"
+            ) from None
+        rest = broadcast_shapes(q_lead[:-1], kv_lead[:-1], names=names)
+        return (*rest, hq), hq // hk
+
+
 def broadcast_shapes(*shapes: tuple[Any, ...], names: str) -> tuple[Any, ...]:
     """The broadcast of ``shapes`` (``ValueError`` naming ``names`` when they do not broadcast)."""
     n = max([0, *(len(s) for s in shapes)])
@@ -276,7 +297,7 @@ def broadcast_shapes(*shapes: tuple[Any, ...], names: str) -> tuple[Any, ...]:
         if len(dims) > 1:
             raise ValueError(
                 f"the leading (batch/head) axes of {names} do not broadcast: "
-                f"{', '.join(str(tuple(s)) for s in shapes)} (for grouped-query heads, repeat k and v)"
+                f"{', '.join(str(tuple(s)) for s in shapes)}"
             )
         out.append(dims.pop() if dims else 1)
     return tuple(out)
