@@ -289,6 +289,38 @@ def _decay(T: Target) -> list:
     return [rotary.decay_bound(T.x(np.arange(0, 257, 8)), 64)]
 
 
+def _learned(T: Target) -> list:
+    r = _rng("learned")
+    q, k = T.x(r.normal(size=(2, 3, 8, 16))), T.x(r.normal(size=(2, 3, 8, 16)))
+    f1 = T.x(r.uniform(0.001, 1.0, size=8))  # trained frequencies, 1-D
+    f2 = T.x(r.uniform(-1.0, 1.0, size=(3, 1, 2, 8)))  # per head, mixed 2-D (RoPE-Mixed)
+    grid = T.pos(np.stack(np.meshgrid(np.arange(2), np.arange(4), indexing="ij"), -1).reshape(8, 2))
+    out = list(rotary.learned.apply(q, k, T.pos(np.arange(8) * 3), f1, layout="interleaved"))
+    out += list(rotary.learned.apply(q, k, T.pos(np.arange(8)), f1, xpos_scale_base=64.0))
+    out.append(rotary.learned.rotate(q, grid, f2))
+    return out
+
+
+def _xpos_relative(b: Backend, dtype: str) -> tuple[float, float, str]:
+    """xPos keeps the relative-position identity: shifting every position of q and k leaves
+    ``q_m . k_n`` unchanged (the rotation and the scale ``zeta**((m - n) / scale_base)`` both
+    depend on ``m - n`` only)."""
+    T = Target(b, dtype)
+    r = _rng("xpos")
+    q, k = T.x(r.normal(size=(2, 6, 16))), T.x(r.normal(size=(2, 6, 16)))
+    f = T.x(rotary.inv_freq(16, 10000.0))
+    xp = b.xp
+    scores = []
+    for shift in (0, 17, 100):
+        qr, kr = rotary.learned.apply(q, k, T.pos(np.arange(6) + shift), f, xpos_scale_base=64.0)
+        scores.append(np.asarray(to_numpy(xp.matmul(qr, xp.matrix_transpose(kr))), dtype=np.float64))
+    scale = max(1.0, float(np.max(np.abs(scores[0]))))
+    worst = max(float(np.max(np.abs(s - scores[0]))) for s in scores[1:]) / (eps(dtype) * scale)
+    # angles of positions up to 105 in the compute dtype (float32 at least) and sums over 16 features
+    tol = 64.0 + 105 * 2.0**-23 / eps(dtype) * 16
+    return worst, tol, "" if worst <= tol else f"scores moved by {worst:.3g} ulps under a shift"
+
+
 def _check_layout(layout: str) -> Callable[[Backend, str], tuple[float, float, str]]:
     def fn(b: Backend, dtype: str) -> tuple[float, float, str]:
         def rot(x: Any, pos: Any) -> Any:
@@ -417,6 +449,16 @@ COLUMNS: tuple[Column, ...] = (
         "multiax",
         "rotary.AxialRoPE (2-D) and rotary.MRoPE (sections, interleaved)",
         (Sub("AxialRoPE", ("AxialRoPE",), _axial), Sub("MRoPE", ("MRoPE",), _mrope)),
+    ),
+    Column(
+        "learned",
+        "learned",
+        "rotary.learned: trained 1-D and per-head mixed 2-D frequencies, xPos; xPos's "
+        "relative-position identity (scores unchanged by a shift of every position)",
+        (
+            Sub("learned", ("learned",), _learned, tol_ulps=64.0, f32_angle_pos=24.0),
+            Sub("xpos_relative", ("learned",), _xpos_relative, custom=True),
+        ),
     ),
     Column(
         "attention",

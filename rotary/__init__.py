@@ -10,7 +10,7 @@ CuPy, PyTorch, JAX, Dask and array-api-strict arrays.
 
 from __future__ import annotations
 
-from . import distributed, hf, layouts, multiaxis, positions, scaling, testing
+from . import distributed, hf, layouts, learned, multiaxis, positions, scaling, testing
 from ._attention import attention
 from ._config import RopeConfig
 from ._decay import decay_bound
@@ -61,6 +61,7 @@ __all__ = [
     "hf",
     "inv_freq",
     "layouts",
+    "learned",
     "linear_attention",
     "linear_attention_state",
     "multiaxis",

@@ -266,7 +266,9 @@ def check_broadcast(pos_shape: tuple[Any, ...], lead: tuple[Any, ...], pos_name:
         )
 
 
-def query_groups(q_lead: tuple[Any, ...], kv_lead: tuple[Any, ...], names: str) -> tuple[tuple[Any, ...], int]:
+def query_groups(
+    q_lead: tuple[Any, ...], kv_lead: tuple[Any, ...], names: str
+) -> tuple[tuple[Any, ...], int]:
     """The leading (batch/head) shape of the outputs, and the number of query heads per key head:
     ``q``'s leading axes broadcast with the keys' (``1``), or differ only in the head axis (the
     last leading one), ``q``'s a multiple of the keys' (grouped-query attention: that many query
