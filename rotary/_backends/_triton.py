@@ -31,8 +31,8 @@ Launch parameters
 
 from __future__ import annotations
 
-# mypy: disable-error-code="untyped-decorator"
-# pyright: reportCallIssue=false
+# mypy: disable-error-code="untyped-decorator, no-untyped-def"
+# pyright: reportCallIssue=false, reportRedeclaration=false
 # (Triton's launch takes the kernel's arguments, some unpacked from lists: no static count)
 import os
 from typing import Any
@@ -52,27 +52,27 @@ _PAIRS_PER_PROGRAM = 2048
 if INTERPRET:
 
     @triton.jit
-    def _cos(x):  # type: ignore[no-untyped-def]
+    def _cos(x):
         return tl.cos(x)
 
     @triton.jit
-    def _sin(x):  # type: ignore[no-untyped-def]
+    def _sin(x):
         return tl.sin(x)
 
 else:  # CUDA's accurate cosf/sinf (tl.cos may lower to an approximation)
     from triton.language.extra import libdevice
 
     @triton.jit
-    def _cos(x):  # type: ignore[no-untyped-def]
+    def _cos(x):
         return libdevice.cos(x)
 
     @triton.jit
-    def _sin(x):  # type: ignore[no-untyped-def]
+    def _sin(x):
         return libdevice.sin(x)
 
 
 @triton.jit
-def _to(x, DT: tl.constexpr):  # type: ignore[no-untyped-def]
+def _to(x, DT: tl.constexpr):
     """float32 ``x`` rounded to ``DT`` to nearest, ties to even.  For bfloat16 the rounding is
     done on the bits first (Triton's interpreter truncates in ``.to(bfloat16)``), so the cast
     itself is exact: one code path, the same bits on a GPU and in the interpreter."""
@@ -84,7 +84,7 @@ def _to(x, DT: tl.constexpr):  # type: ignore[no-untyped-def]
 
 
 @triton.jit
-def _round(x, DT: tl.constexpr, ROUND: tl.constexpr):  # type: ignore[no-untyped-def]
+def _round(x, DT: tl.constexpr, ROUND: tl.constexpr):
     """``x`` rounded to the input dtype when every operation rounds there (float32 recipe)."""
     if ROUND:
         return _to(x, DT).to(tl.float32)
@@ -92,7 +92,7 @@ def _round(x, DT: tl.constexpr, ROUND: tl.constexpr):  # type: ignore[no-untyped
 
 
 @triton.jit
-def _rows(  # type: ignore[no-untyped-def]
+def _rows(
     X,
     O,
     P,
@@ -189,7 +189,7 @@ def _rows(  # type: ignore[no-untyped-def]
 
 
 @triton.jit
-def _rope_kernel(  # type: ignore[no-untyped-def]
+def _rope_kernel(
     Q,
     QO,
     PQ,
@@ -331,7 +331,7 @@ def rope_op(
 
 
 @rope_op.register_fake
-def _(q, k, pq, pk, table, rot, half, exact, af, sign):  # type: ignore[no-untyped-def]
+def _(q, k, pq, pk, table, rot, half, exact, af, sign):
     kshape = (0,) if k is None else k.shape
     return torch.empty(q.shape, dtype=q.dtype, device=q.device), torch.empty(
         kshape, dtype=q.dtype, device=q.device

@@ -1,0 +1,72 @@
+"""``LearnedRoPE``: trained RoPE frequencies as a Flax NNX parameter (see :mod:`rotary.learned`).
+
+Examples
+--------
+>>> import jax, jax.numpy as jnp, rotary
+>>> from flax import nnx
+>>> from rotary.modules.flax import LearnedRoPE
+>>> rope = LearnedRoPE(rotary.RoPE(16))
+>>> q = jnp.ones((1, 2, 4, 16))
+>>> def loss(m):
+...     qr, kr = m(q, q, jnp.arange(4))
+...     return (qr * kr).sum()
+>>> grads = nnx.grad(loss)(rope)
+>>> grads.freqs.value.shape
+(8,)
+"""
+
+from __future__ import annotations
+
+# mypy: disable-error-code="misc"
+# (the framework's module class is untyped here: mypy sees it as Any)
+from typing import Any
+
+import jax.numpy as jnp
+from flax import nnx
+
+from .. import learned
+from .._lib import _validation as v
+from .._lib._typing import Layout
+from .._rope import RoPE
+
+__all__ = ["LearnedRoPE"]
+
+
+class LearnedRoPE(nnx.Module):
+    """RoPE whose frequencies train: an ``nnx.Param`` initialised from ``rope`` (a
+    :class:`rotary.RoPE`, or a head dim); same options as :class:`rotary.modules.torch.LearnedRoPE`."""
+
+    def __init__(
+        self,
+        rope: RoPE | int,
+        *,
+        n_axes: int = 1,
+        heads: int | None = None,
+        xpos_scale_base: float | None = None,
+        dtype: Any = None,
+    ) -> None:
+        if not isinstance(rope, RoPE):
+            rope = RoPE(v.check_head_dim(rope))
+        self.layout: Layout = rope.layout
+        self.head_dim = rope.head_dim
+        self.rotary_dim = rope.config.width
+        self.xpos_scale_base = xpos_scale_base
+        init = learned.frequencies(rope, xp=jnp, dtype=dtype or jnp.float32, n_axes=n_axes, heads=heads)
+        self.freqs = nnx.Param(init)
+
+    def __call__(self, q: Any, k: Any, pos: Any, k_pos: Any = None) -> tuple[Any, Any]:
+        """Rotated ``(q, k)``; see :func:`rotary.learned.apply`."""
+        return learned.apply(
+            q,
+            k,
+            pos,
+            self.freqs.value,
+            layout=self.layout,
+            rotary_dim=self.rotary_dim,
+            k_pos=k_pos,
+            xpos_scale_base=self.xpos_scale_base,
+        )
+
+    def rotate(self, x: Any, pos: Any) -> Any:
+        """``x`` rotated (no xPos scale)."""
+        return learned.rotate(x, pos, self.freqs.value, layout=self.layout, rotary_dim=self.rotary_dim)
