@@ -9,15 +9,16 @@ import platform
 import sys
 import time
 
-SECTIONS = ("prefill", "decode", "tables", "hf", "linattn", "state")
+SECTIONS = ("prefill", "decode", "tables", "hf", "linattn", "state", "training")
 
 DESCRIPTION = """\
 Time rotary against hand-written RoPE, the copy floor and Hugging Face, and linear
 attention against softmax attention. Sections: prefill, decode, tables (cos/sin
 tables of 128k positions), hf (transformers' apply_rotary_pos_emb), linattn (linear
 attention scaling), state (each kind of rotary's state on and off: kept if it gains
-1.15x). Prints one table of medians and ratios measured in this run; --json and
---markdown also write the rows.
+1.15x), training (bytes autograd keeps for backward, forward + backward time). Prints
+one table of medians and ratios measured in this run; --json and --markdown also write
+the rows.
 """
 
 
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     # dynamo warns about array_api_compat's lru_cache helpers once per helper: noise here
     warnings.filterwarnings("ignore", message="Dynamo detected a call to a `functools.lru_cache`")
     from . import rope as rb
-    from . import state
+    from . import state, training
 
     reps = args.reps or (5 if args.quick else 15)
     funcs = {
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         "hf": rb.bench_hf,
         "linattn": _linattn,
         "state": state.bench_state,
+        "training": training.bench_training,
     }
     rows: list = []
     t0 = time.time()

@@ -498,13 +498,33 @@ class RoPE(Rotary):
 
     def _rotate(self, be: Backend, x: Array, p: Array, rng: Range, dev: Device) -> Array:
         out = self._fused(be, x, None, p)
-        return out[0] if out is not None else super()._rotate(be, x, p, rng, dev)
+        if out is not None:
+            return out[0]
+        if not self.config.scaling.dynamic and be.wants_custom_grad(x):
+            # the gradient is the rotation at -p: autograd keeps the positions, not cos/sin
+            neg = be.negated(p)
+            return be.custom_grad(
+                lambda a: (Rotary._rotate(self, be, a, p, rng, dev),),
+                lambda g: (Rotary._rotate(self, be, g, neg, None, dev),),
+                x,
+            )[0]
+        return super()._rotate(be, x, p, rng, dev)
 
     def _rotate_both(
         self, be: Backend, q: Array, k: Array, p: Array, rng: Range, dev: Device
     ) -> tuple[Array, Array]:
         out = self._fused(be, q, k, p)
-        return out if out is not None else super()._rotate_both(be, q, k, p, rng, dev)
+        if out is not None:
+            return out
+        if not self.config.scaling.dynamic and be.wants_custom_grad(q, k):
+            neg = be.negated(p)
+            return be.custom_grad(
+                lambda a, b: Rotary._rotate_both(self, be, a, b, p, rng, dev),
+                lambda ga, gb: Rotary._rotate_both(self, be, ga, gb, neg, None, dev),
+                q,
+                k,
+            )
+        return super()._rotate_both(be, q, k, p, rng, dev)
 
     def _pair_cos_sin(
         self, pos: Array, be: Backend, dev: Device, dtype: DType, rng: Range

@@ -307,6 +307,28 @@ class Backend:
         kernel for these arguments."""
         return None
 
+    def wants_custom_grad(self, *xs: Array) -> bool:
+        """Eager autodiff records these arrays: :meth:`custom_grad` should replace it."""
+        return False
+
+    def custom_grad(
+        self,
+        forward: Callable[..., tuple[Array, ...]],
+        backward: Callable[..., tuple[Array, ...]],
+        *xs: Array,
+    ) -> tuple[Array, ...]:
+        """``forward(*xs)``, whose gradient with respect to ``xs`` is ``backward(*grads)`` (a
+        linear map's transpose): autodiff keeps ``backward``'s closure (positions), not the
+        intermediates of ``forward`` (cos/sin)."""
+        return forward(*xs)
+
+    def negated(self, p: Array) -> Array:
+        """``-p`` for positions (unsigned integers widened first)."""
+        xp = self.xp
+        if v.is_integral(p.dtype) and xp.iinfo(p.dtype).min == 0:
+            p = xp.astype(p, xp.int64 if self.has_int64(self.creation_device(p)) else xp.int32)
+        return -p
+
     def decode_plan(
         self,
         build: ConstantBuilder,

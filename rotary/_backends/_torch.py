@@ -245,6 +245,20 @@ def _rotate_small_half_joint(q: Array, k: Array, C2: Array, S2: Array, h: int) -
     return (a.view(qs), b.view(ks)) if flat else (a, b)
 
 
+class _CustomGrad(torch.autograd.Function):  # type: ignore[misc]
+    """``forward(*xs)`` recorded as one node whose backward is ``backward(*grads)``."""
+
+    @staticmethod
+    def forward(ctx: Any, forward: Any, backward: Any, *xs: Any) -> Any:
+        ctx.backward_fn = backward
+        with torch.no_grad():
+            return forward(*xs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> Any:
+        return (None, None, *ctx.backward_fn(*grads))
+
+
 class TorchBackend(Backend):
     def __init__(self, xp: Namespace) -> None:
         super().__init__(xp)
@@ -427,6 +441,23 @@ class TorchBackend(Backend):
         table = self.constant(build, config, "tables" if exact else "float32_inv", dev, torch.float32)
         pk = None if k is None else pos
         return rope_op(q, k, pos, pk, table, rotary_dim, layout == "half", exact, float(af), 1.0)
+
+    def wants_custom_grad(self, *xs: Array) -> bool:
+        return (
+            not torch.compiler.is_compiling()
+            and torch.is_grad_enabled()
+            and any(x.requires_grad for x in xs)
+            and fast_paths_enabled()
+            and _plain_call(*xs)
+        )
+
+    def custom_grad(
+        self,
+        forward: Callable[..., tuple[Array, ...]],
+        backward: Callable[..., tuple[Array, ...]],
+        *xs: Array,
+    ) -> tuple[Array, ...]:
+        return _CustomGrad.apply(forward, backward, *xs)
 
     def decode_plan(
         self,
