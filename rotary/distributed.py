@@ -31,18 +31,108 @@ from collections.abc import Callable
 from typing import Any
 
 from ._backends import backend_for
+from ._lib import _validation as chk  # (where v names the values)
 from ._lib import _validation as v
 from ._lib._compat import array_namespace, is_array, library_name
 from ._lib._typing import Array
 from ._linear_attention import LinearAttentionState, linear_attention, linear_attention_state
 
 __all__ = [
+    "SHARDINGS",
     "causal_linear_attention_dask",
+    "context_parallel_linear_attention",
     "exclusive_state_scan",
     "sequence_parallel_linear_attention",
+    "shard_positions",
+    "shard_sequence",
 ]
 
 _SCANS = ("sequential", "blelloch")
+
+#: How a sequence is split over ``world`` ranks: ``"contiguous"`` (rank ``r`` holds tokens
+#: ``[r n / w, (r + 1) n / w)``) or ``"zigzag"`` (the sequence cut into ``2 w`` chunks, rank ``r``
+#: holding chunks ``r`` and ``2 w - 1 - r``: every rank gets the same causal work, as in
+#: Transformer Engine and Megatron context parallelism).
+SHARDINGS: tuple[str, ...] = ("contiguous", "zigzag")
+
+
+def _chunks_of(rank: int, world: int, sharding: str) -> tuple[int, list[int]]:
+    """``(number of chunks, the chunks rank holds, in order)``."""
+    if sharding == "contiguous":
+        return world, [rank]
+    return 2 * world, [rank, 2 * world - 1 - rank]
+
+
+def _check_shard(n: int, rank: Any, world: Any, sharding: str) -> tuple[int, int, str]:
+    world = v.check_int(world, "world", minimum=1)
+    rank = v.check_int(rank, "rank", minimum=0)
+    if rank >= world:
+        raise ValueError(f"rank must be below world={world}, got {rank}")
+    sharding = v.check_choice(sharding, "sharding", SHARDINGS)
+    parts = _chunks_of(rank, world, sharding)[0]
+    if n % parts:
+        raise ValueError(
+            f"a sequence of {n} tokens does not split into {parts} equal chunks ({sharding}, world={world})"
+        )
+    return rank, world, sharding
+
+
+def shard_positions(
+    seq_len: int, *, rank: int, world: int, sharding: str = "contiguous", xp: Any = None, device: Any = None
+) -> Array:
+    """The global positions of the tokens ``rank`` holds of a sequence of ``seq_len`` split over
+    ``world`` ranks (:data:`SHARDINGS`), in the order it holds them: pass them as ``pos=`` with
+    the rank's q/k (NumPy by default; ``xp=``/``device=`` for another library).
+
+    Examples
+    --------
+    >>> from rotary.distributed import shard_positions
+    >>> shard_positions(8, rank=1, world=2).tolist()
+    [4, 5, 6, 7]
+    >>> shard_positions(8, rank=0, world=2, sharding="zigzag").tolist()   # chunks 0 and 3 of 4
+    [0, 1, 6, 7]
+    """
+    import numpy as np
+
+    n = v.check_int(seq_len, "seq_len", minimum=0)
+    rank, world, sharding = _check_shard(n, rank, world, sharding)
+    parts, mine = _chunks_of(rank, world, sharding)
+    c = n // parts
+    host = np.concatenate([np.arange(i * c, (i + 1) * c) for i in mine])
+    if xp is None:
+        return host
+    from ._lib._compat import as_namespace
+
+    xp = as_namespace(xp)
+    return xp.asarray(host, device=device)
+
+
+def shard_sequence(x: Array, *, rank: int, world: int, sharding: str = "contiguous", axis: int = -2) -> Array:
+    """The part of a whole sequence (``axis``, default -2) that ``rank`` holds (:data:`SHARDINGS`):
+    what each rank's data loader gives it.  Any array library.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rotary.distributed import shard_sequence
+    >>> shard_sequence(np.arange(8)[:, None], rank=1, world=2, sharding="zigzag", axis=0).ravel().tolist()
+    [2, 3, 4, 5]
+    """
+    if not is_array(x):
+        raise TypeError(f"x must be an array, got {type(x).__name__}")
+    xp = array_namespace(x)
+    ax = axis % x.ndim
+    n = x.shape[ax]
+    rank, world, sharding = _check_shard(n, rank, world, sharding)
+    parts, mine = _chunks_of(rank, world, sharding)
+    c = n // parts
+
+    def part(i: int) -> Array:
+        idx = tuple(slice(i * c, (i + 1) * c) if a == ax else slice(None) for a in range(x.ndim))
+        return x[idx]
+
+    pieces = [part(i) for i in mine]
+    return pieces[0] if len(pieces) == 1 else xp.concat(pieces, axis=ax)
 
 
 def causal_linear_attention_dask(
@@ -133,8 +223,11 @@ def causal_linear_attention_dask(
         return linear_attention(qd, kd, vd, pos, causal=True, return_state=return_state, **kwargs)
 
 
-def exclusive_state_scan(state: LinearAttentionState, axis_name: str) -> LinearAttentionState:
-    """Inside ``shard_map``: the sum of the states of all *earlier* shards along ``axis_name``.
+def exclusive_state_scan(state: LinearAttentionState, axis_name: Any) -> LinearAttentionState:
+    """The sum of the states of all *earlier* shards: inside JAX's ``shard_map`` along the mesh
+    axis ``axis_name`` (a string), or across the ranks of a ``torch.distributed`` process group
+    (``axis_name`` the group, ``None`` for the default one; differentiable, see
+    :func:`context_parallel_linear_attention`).
 
     Shard ``i`` gets ``state_0 + ... + state_{i-1}`` (shard 0 the zero state): one
     ``collective-permute`` to shift the states by one shard, then a Hillis-Steele
@@ -156,10 +249,12 @@ def exclusive_state_scan(state: LinearAttentionState, axis_name: str) -> LinearA
     >>> np.asarray(jax.jit(g)(k, v)).tolist()    # one shard: nothing comes before it
     [[0.0, 0.0], [0.0, 0.0]]
     """
-    import jax
-
     if not isinstance(state, tuple) or len(state) != 3:
         raise TypeError("state must be a LinearAttentionState(S, z, offset)")
+    if not isinstance(axis_name, str):  # a torch.distributed process group (None: the world)
+        return _torch_prefixes([state], axis_name, "contiguous")[0]
+    import jax
+
     n = int(jax.lax.axis_size(axis_name))
     S, z, off = state
     off = jax.numpy.asarray(off, dtype=jax.numpy.int32)
@@ -311,3 +406,158 @@ def _place(x: Array, mesh: Any, spec: Any) -> Array:
     if used and all(types.get(a) == AxisType.Explicit for a in used):
         return jax.reshard(x, NamedSharding(mesh, spec))
     return x
+
+
+# -- torch.distributed: context parallelism ------------------------------------------------------
+def _all_gather(x: Array, group: Any) -> Array:
+    """``(world, *x.shape)``: ``x`` of every rank, differentiable (the backward sums the
+    gradients of all ranks and keeps this rank's slice)."""
+    import torch
+    import torch.distributed as dist
+
+    class _Gather(torch.autograd.Function):  # type: ignore[misc]
+        @staticmethod
+        def forward(ctx: Any, t: Array) -> Array:
+            world = dist.get_world_size(group)
+            out = [torch.empty_like(t) for _ in range(world)]
+            dist.all_gather(out, t.contiguous(), group=group)
+            return torch.stack(out)
+
+        @staticmethod
+        def backward(ctx: Any, g: Array) -> Array:
+            g = g.contiguous()
+            dist.all_reduce(g, group=group)
+            return g[dist.get_rank(group)]
+
+    return _Gather.apply(x)
+
+
+def _gathered_chunks(states: list[LinearAttentionState], group: Any) -> Array:
+    """Every rank's chunk states as one tensor ``(world, chunks per rank, ..., F*d_v + F)``: S
+    and z packed, so that one collective moves them (and its backward runs once on every rank)."""
+    import torch
+
+    packed = torch.stack([torch.cat([s.S.flatten(-2), s.z], dim=-1) for s in states])
+    return _all_gather(packed, group)
+
+
+def _unpacked(x: Array, like: LinearAttentionState, offset: Any) -> LinearAttentionState:
+    f, dv = like.S.shape[-2], like.S.shape[-1]
+    return LinearAttentionState(x[..., : f * dv].unflatten(-1, (f, dv)), x[..., f * dv :], offset)
+
+
+def _torch_prefixes(
+    states: list[LinearAttentionState], group: Any, sharding: str
+) -> list[LinearAttentionState]:
+    """For each of this rank's chunk states (one, or two for ``"zigzag"``), the sum of the states
+    of every chunk before it in the whole sequence (chunks of equal length); only the small
+    ``(F, d_v)`` sums travel, in one all-gather.  Each prefix is a 0/1-weighted sum over all the
+    gathered states, so every rank's backward takes part in the (collective) gradient exchange."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    gathered = _gathered_chunks(states, group)
+    chunk_id = torch.tensor(
+        [_chunks_of(r, world, sharding)[1] for r in range(world)], device=gathered.device
+    )  # (world, chunks per rank)
+    out = []
+    for c in _chunks_of(rank, world, sharding)[1]:
+        w = (chunk_id < c).to(gathered.dtype)
+        tot = torch.tensordot(w, gathered, dims=([0, 1], [0, 1]))
+        out.append(_unpacked(tot, states[0], states[0].offset * c))
+    return out
+
+
+def context_parallel_linear_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    pos: Any = None,
+    *,
+    group: Any = None,
+    sharding: str = "contiguous",
+    causal: bool = True,
+    **kwargs: Any,
+) -> Array:
+    """RoPE linear attention with the sequence split over the ranks of a ``torch.distributed``
+    process group (context parallelism): each rank passes its own part of q, k and v (see
+    :func:`shard_sequence`) and of the positions (:func:`shard_positions`).
+
+    Causal: every chunk is summarised (:func:`rotary.linear_attention_state`), one all-gather of
+    the summaries (small ``(F, d_v)`` sums, never the sequence) gives each chunk the state of
+    all earlier ones, and the rank runs chunked causal attention on its own tokens from it.
+    ``sharding="zigzag"``: the rank holds chunks ``r`` and ``2 w - 1 - r`` (equal causal work per
+    rank); its output is in the order it holds them.  Non-causal: the summaries are summed over
+    the ranks.  Differentiable: gradients flow back across ranks through the summaries.  Same
+    result as ``rotary.linear_attention`` on the whole sequence, up to the order of float sums.
+
+    Parameters
+    ----------
+    q, k, v : torch.Tensor
+        This rank's ``(..., N_local, d)``, ``(..., N_local, d)``, ``(..., N_local, d_v)``.
+    pos : optional
+        This rank's positions, broadcast to ``q.shape[:-1]`` (``None``: no rotation).
+    group : optional
+        The process group (default: the world).
+    sharding : {"contiguous", "zigzag"}
+        How the sequence is split (:data:`SHARDINGS`).
+    causal : bool
+        Causal (default) or not.
+    **kwargs
+        Options of :func:`rotary.linear_attention` (``rope``, ``feature_map``, ``similarity``,
+        ``eps``, ``chunk_size``).
+    """
+    import torch.distributed as dist
+
+    for bad in ("state", "return_state", "key_mask", "k_pos"):
+        if bad in kwargs:
+            raise TypeError(f"context_parallel_linear_attention does not take {bad}=")
+    if not dist.is_initialized():
+        raise RuntimeError(
+            "context_parallel_linear_attention needs torch.distributed.init_process_group first"
+        )
+    sharding = chk.check_choice(sharding, "sharding", SHARDINGS)
+    causal = chk.check_bool(causal, "causal")
+    n = q.shape[-2]
+    pieces = 2 if sharding == "zigzag" else 1
+    if n % pieces or k.shape[-2] != n or v.shape[-2] != n:
+        raise ValueError(
+            f"q, k and v must hold the same {'even ' if pieces == 2 else ''}number of tokens (axis -2), "
+            f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    c = n // pieces
+    sopts = {key: kwargs[key] for key in ("rope", "feature_map", "similarity") if key in kwargs}
+
+    def cut(x: Any, i: int, seq_axis: int = -2) -> Any:
+        if x is None or pieces == 1:
+            return x
+        if not is_array(x):
+            import numpy as np
+
+            x = np.asarray(x)
+        if seq_axis == -2:
+            return x[..., i * c : (i + 1) * c, :]
+        return x[..., i * c : (i + 1) * c] if x.shape[-1] != 1 else x
+
+    chunks = [(cut(q, i), cut(k, i), cut(v, i), cut(pos, i, -1)) for i in range(pieces)]
+    states = [linear_attention_state(kc, vc, pc, **sopts) for _, kc, vc, pc in chunks]
+    if causal:
+        prefixes = _torch_prefixes(states, group, sharding)
+        outs = [
+            linear_attention(qc, kc, vc, pc, causal=True, state=pre, **kwargs)
+            for (qc, kc, vc, pc), pre in zip(chunks, prefixes, strict=True)
+        ]
+    else:
+        total = _unpacked(_gathered_chunks(states, group).sum(dim=(0, 1)), states[0], 0)
+        outs = []
+        for qc, kc, vc, pc in chunks:
+            kp0 = None if pc is None else pc[..., :0] if is_array(pc) else []
+            outs.append(
+                linear_attention(qc, kc[..., :0, :], vc[..., :0, :], pc, k_pos=kp0, state=total, **kwargs)
+            )
+    if len(outs) == 1:
+        return outs[0]
+    import torch
+
+    return torch.cat(outs, dim=-2)
