@@ -10,7 +10,7 @@ CuPy, PyTorch, JAX, Dask and array-api-strict arrays.
 
 from __future__ import annotations
 
-from . import distributed, hf, layouts, learned, multiaxis, positions, scaling, testing
+from . import distributed, hf, layouts, learned, multiaxis, positions, scaling, testing, vision
 from ._attention import attention
 from ._config import RopeConfig
 from ._decay import decay_bound
@@ -70,4 +70,5 @@ __all__ = [
     "scaling",
     "set_cache_limit",
     "testing",
+    "vision",
 ]

@@ -14,6 +14,8 @@ and SmolLM3 NoPE layers, Cohere 2), and M-RoPE for Qwen2-VL / Qwen2.5-VL / Qwen3
 :func:`model_rope`          every layer's RoPE, and the attention settings that are not RoPE
 :func:`mrope_index`         M-RoPE position ids of a Qwen-VL prompt, options from the config
 :func:`hf_rope_parameters`  the standardised RoPE parameters (a flat dict)
+:func:`vision_rope`         a vision tower's 2-D RoPE (:mod:`rotary.vision`): Llama 4 vision,
+                            DINOv3, Pixtral, Qwen2-VL's vision encoder
 ==========================  ==========================================================
 
 Families and the keys read besides ``rope_parameters`` / ``rope_scaling`` / ``rope_theta`` /
@@ -68,12 +70,13 @@ from typing import Any
 import numpy as np
 
 from . import positions
-from ._hfconfig import LayerSpec, hf_rope_parameters, model_spec, mrope_index_options, mrope_spec
+from ._hfconfig import LayerSpec, _as_dict, hf_rope_parameters, model_spec, mrope_index_options, mrope_spec
 from ._lib import _validation as v
 from ._lib._compat import array_namespace, is_array
 from ._lib._typing import AngleMethod, Array
 from ._rope import RoPE
 from .multiaxis import MRoPE
+from .vision import VisionRoPE, dinov3, llama4, pixtral, qwen2_vl
 
 __all__ = [
     "ModelRope",
@@ -83,6 +86,7 @@ __all__ = [
     "mrope_from_hf",
     "mrope_index",
     "rope_for_layer",
+    "vision_rope",
 ]
 
 
@@ -305,4 +309,57 @@ def mrope_index(
         attention_mask=attention_mask,
         second_per_grid_ts=second_per_grid_ts,
         **opts,
+    )
+
+
+def vision_rope(config: Any, *, angles: AngleMethod = "exact") -> VisionRoPE:
+    """The 2-D RoPE of a ``transformers`` vision tower config (object, dict or path): Llama 4
+    vision (``llama4_vision_model``), DINOv3 (``dinov3_vit``: registers are prefix tokens),
+    Pixtral (``pixtral``) and Qwen2-VL's vision encoder (``qwen2_vl`` vision config).  A
+    composite config is read through its ``vision_config``.
+
+    Examples
+    --------
+    >>> import rotary
+    >>> cfg = {"model_type": "pixtral", "hidden_size": 64, "num_attention_heads": 2, "head_dim": 32,
+    ...        "rope_parameters": {"rope_type": "axial", "rope_theta": 10000.0}}
+    >>> tower = rotary.hf.vision_rope(cfg)
+    >>> tower.name, tower.head_dim, tower.positions(2, 2).tolist()
+    ('pixtral', 32, [[0, 0], [0, 1], [1, 0], [1, 1]])
+    """
+    d = _as_dict(config)
+    if isinstance(d.get("vision_config"), Mapping):
+        d = dict(d["vision_config"])
+    kind = d.get("model_type")
+    params = d.get("rope_parameters") or {}
+
+    def theta(default: float) -> float:
+        return float(params.get("rope_theta", d.get("rope_theta", default)))
+
+    def head_dim(hidden: str = "hidden_size", heads: str = "num_attention_heads") -> int:
+        if d.get("head_dim"):
+            return int(d["head_dim"])
+        return int(d[hidden]) // int(d[heads])
+
+    if kind == "llama4_vision_model":
+        return llama4(head_dim(), base=theta(10000.0), angles=angles)
+    if kind == "dinov3_vit":
+        prefix = 1 + int(d.get("num_register_tokens", 0) or 0)
+        return dinov3(head_dim(), base=theta(100.0), prefix_tokens=prefix, angles=angles)
+    if kind == "pixtral":
+        if params.get("rope_type", "axial") != "axial":
+            raise ValueError(
+                f"a pixtral vision config takes rope_type 'axial', got {params.get('rope_type')!r}"
+            )
+        return pixtral(head_dim(), base=theta(10000.0), angles=angles)
+    if kind in ("qwen2_vl", "qwen2_vl_vision"):
+        return qwen2_vl(
+            head_dim("embed_dim", "num_heads"),
+            base=10000.0,  # (Qwen2VLVisionRotaryEmbedding's fixed theta)
+            merge=int(d.get("spatial_merge_size", 2)),
+            angles=angles,
+        )
+    raise ValueError(
+        f"vision_rope reads llama4_vision_model, dinov3_vit, pixtral and qwen2_vl vision configs, "
+        f"got model_type {kind!r}"
     )

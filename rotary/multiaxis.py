@@ -71,6 +71,11 @@ class AxialRoPE(Rotary):
         Angle method, as in :class:`rotary.RoPE`.  The rotation itself always runs in
         float32 or better (as HF's ``apply_rotary_pos_emb_vision`` does), so ``"float32"``
         matches Qwen2-VL's vision RoPE bit-for-bit in every dtype.
+    scaling : Scaling or sequence of Scaling, optional
+        The frequencies of every axis (one scaling), or of each axis (one per axis): e.g.
+        :class:`rotary.scaling.Frequencies` for towers whose axes use other frequencies than
+        ``base**(-2j/split[a])`` (Pixtral's odd/even split, pixel frequencies).  Static
+        scalings only.
 
     Examples
     --------
@@ -95,6 +100,7 @@ class AxialRoPE(Rotary):
         layout: Layout = "half",
         rotary_dim: int | None = None,
         angles: AngleMethod = "exact",
+        scaling: Scaling | tuple[Scaling, ...] | None = None,
     ) -> None:
         self.head_dim = v.check_head_dim(head_dim)
         self.rotary_dim = v.check_rotary_dim(rotary_dim, self.head_dim)
@@ -115,11 +121,21 @@ class AxialRoPE(Rotary):
                 f"rotary_dim={self.rotary_dim}, got {split}"
             )
         self.split = split
+        scalings = tuple(scaling) if isinstance(scaling, (tuple, list)) else (scaling,) * self.n_axes
+        if len(scalings) != self.n_axes:
+            raise ValueError(
+                f"scaling must be one scaling or {self.n_axes} (one per axis), got {len(scalings)}"
+            )
         # One 1-D RoPE per axis width: its exact tables, cache and angle methods.
-        self._ropes = tuple(RoPE(s, base=base, layout=self.layout, angles=angles) for s in split)
+        self._ropes = tuple(
+            RoPE(s, base=base, layout=self.layout, angles=angles, scaling=sc)
+            for s, sc in zip(split, scalings, strict=True)
+        )
+        if any(not r.static for r in self._ropes):
+            raise ValueError("AxialRoPE takes static scalings only (no sequence-length-dependent ones)")
         self.base = self._ropes[0].base
         self.angles = self._ropes[0].angles
-        self._equal = len(set(split)) == 1
+        self._equal = len(set(self._ropes)) == 1
 
     def _identity(self) -> Hashable:
         return (self.head_dim, self.rotary_dim, self.layout, self.n_axes, self._ropes)

@@ -1,0 +1,295 @@
+"""Vision towers' 2-D RoPEs, as configurations of :class:`rotary.AxialRoPE`.
+
+Each tower is an axial RoPE (which pairs take the row, which the column, and their
+frequencies) plus the patch coordinates the model feeds it.  A :class:`VisionRoPE` holds both;
+``positions(h, w)`` gives the coordinates of an ``h x w`` patch grid (one row per token, in
+the model's token order), and ``apply``/``rotate`` rotate tokens with them.  Exact angles by
+default; ``angles="float32"`` follows the towers' own float32 recipe.
+
+============================  ===========  =======================================================
+tower                         layout       coordinates, frequencies
+============================  ===========  =======================================================
+:func:`eva02` (timm           interleaved  integer ``(row, col)`` (+ ``grid_offset``, EVA's rescale to
+``RotaryEmbeddingCat``)                    a reference grid); ``base**(-4j/d)`` per axis
+:func:`pixel` (lucidrains     interleaved  ``linspace(-1, 1)`` per axis; ``pi * linspace(1,
+``freqs_for="pixel"``, timm                max_freq/2)`` (or log-spaced) per axis
+``in_pixels=True``)
+:func:`dinov3`                half         ``2 pi`` x patch centres in ``[-1, 1]`` (shift / jitter /
+                                           rescale augmentations); ``base**(-4j/d)``; prefix tokens
+                                           (CLS, registers) not rotated
+:func:`llama4`                interleaved  ``(col + 1, row + 1)``, the CLS token last at ``(0, 0)``;
+                                           ``base**(-4j/d)``
+:func:`pixtral`               half         ``(row, col)``; rows the even, columns the odd
+                                           frequencies of ``base**(-2j/d)``
+:func:`qwen2_vl`              half         ``(row, col)`` in 2x2 merge-window order;
+                                           ``base**(-4j/d)``
+============================  ===========  =======================================================
+
+RoPE-Mixed (per-head trained frequencies mixing both coordinates) is :mod:`rotary.learned` with
+:func:`mixed_frequencies` as the initial value.
+
+Examples
+--------
+>>> import numpy as np, rotary
+>>> tower = rotary.vision.eva02(64)
+>>> tower.positions(2, 3).tolist()
+[[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
+>>> q = np.ones((1, 12, 6, 64), dtype=np.float32)     # (batch, heads, patches, head_dim)
+>>> tower.rotate(q, 2, 3).shape
+(1, 12, 6, 64)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ._backends import backend_for
+from ._lib import _validation as v
+from ._lib._compat import array_namespace, as_namespace
+from ._lib._typing import AngleMethod, Array, Namespace
+from .multiaxis import AxialRoPE
+from .scaling import Frequencies
+
+__all__ = [
+    "VisionRoPE",
+    "augment",
+    "dinov3",
+    "eva02",
+    "llama4",
+    "mixed_frequencies",
+    "pixel",
+    "pixtral",
+    "qwen2_vl",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionRoPE:
+    """A vision tower's RoPE: the axial rotation and the coordinates of its tokens."""
+
+    name: str
+    rope: AxialRoPE
+    grid: Callable[[int, int], np.ndarray] = dataclasses.field(repr=False)
+
+    @property
+    def head_dim(self) -> int:
+        return self.rope.head_dim
+
+    def positions(self, h: int, w: int) -> np.ndarray:
+        """Coordinates ``(tokens, 2)`` of an ``h x w`` patch grid, in the model's token order."""
+        return self.grid(v.check_int(h, "h", minimum=1), v.check_int(w, "w", minimum=1))
+
+    def _positions_for(self, x: Array, h: int, w: int) -> np.ndarray:
+        """The grid's coordinates; fractional ones in float32 on a device without float64 (the
+        towers compute their coordinates in float32 themselves)."""
+        pos = self.positions(h, w)
+        if pos.dtype.kind == "f":
+            be = backend_for(array_namespace(x))
+            if not be.has_float64(be.creation_device(x)):
+                pos = pos.astype(np.float32)
+        return pos
+
+    def rotate(self, x: Array, h: int, w: int) -> Array:
+        """Rotate tokens ``(..., tokens, head_dim)`` of an ``h x w`` grid."""
+        return self.rope.rotate(x, self._positions_for(x, h, w))
+
+    def apply(self, q: Array, k: Array, h: int, w: int) -> tuple[Array, Array]:
+        """Rotate queries and keys of an ``h x w`` grid."""
+        return self.rope.apply(q, k, self._positions_for(q, h, w))
+
+
+def _grid(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+    return rows.reshape(-1), cols.reshape(-1)
+
+
+def _axial(head_dim: int, layout: Any, base: float, angles: AngleMethod, **kw: Any) -> AxialRoPE:
+    d = v.check_head_dim(head_dim)
+    if d % 4:
+        raise ValueError(f"a 2-D RoPE splits the head into two halves of pairs: head_dim % 4 == 0, got {d}")
+    return AxialRoPE(d, 2, layout=layout, base=base, angles=angles, **kw)
+
+
+def eva02(
+    head_dim: int,
+    *,
+    base: float = 10000.0,
+    grid_offset: float = 0.0,
+    ref_shape: tuple[int, int] | None = None,
+    angles: AngleMethod = "exact",
+) -> VisionRoPE:
+    """EVA-02 / timm ``RotaryEmbeddingCat(in_pixels=False)``: integer ``(row, col)`` coordinates
+    plus ``grid_offset``, rescaled to ``ref_shape`` (EVA's fine-tuning at another resolution:
+    ``t * ref / size``); each axis a 1-D RoPE of ``head_dim / 2`` features, interleaved pairs."""
+    off = float(grid_offset)
+
+    def grid(h: int, w: int) -> np.ndarray:
+        r, c = _grid(h, w)
+        if off == 0.0 and ref_shape is None:
+            return np.stack([r, c], axis=-1)
+        rr, cc = r + off, c + off
+        if ref_shape is not None:
+            rr, cc = rr / h * ref_shape[0], cc / w * ref_shape[1]
+        return np.stack([rr, cc], axis=-1).astype(np.float64)
+
+    return VisionRoPE("eva02", _axial(head_dim, "interleaved", base, angles), grid)
+
+
+def pixel(
+    head_dim: int,
+    *,
+    max_freq: float = 224.0,
+    linear_bands: bool = True,
+    rotary_dim: int | None = None,
+    angles: AngleMethod = "exact",
+) -> VisionRoPE:
+    """Pixel frequencies (lucidrains ``freqs_for="pixel"`` axial, timm ``in_pixels=True``):
+    coordinates ``linspace(-1, 1, size)`` per axis; frequencies ``pi * linspace(1, max_freq / 2,
+    n)`` (``linear_bands``) or ``pi * 2**linspace(0, log2(max_freq) - 1, n)``, ``n`` pairs per
+    axis; interleaved pairs; ``rotary_dim`` features rotate (default the whole head)."""
+    d = v.check_head_dim(head_dim)
+    r = v.check_rotary_dim(rotary_dim, d)
+    n = r // 4
+    if linear_bands:
+        bands = np.linspace(1.0, max_freq / 2, n)
+    else:
+        bands = 2.0 ** np.linspace(0.0, math.log2(max_freq) - 1, n)
+    sc = Frequencies(tuple(float(b) for b in bands * math.pi))
+    rope = AxialRoPE(d, 2, layout="interleaved", rotary_dim=r, angles=angles, scaling=sc)
+
+    def grid(h: int, w: int) -> np.ndarray:
+        rows, cols = np.meshgrid(np.linspace(-1.0, 1.0, h), np.linspace(-1.0, 1.0, w), indexing="ij")
+        return np.stack([rows.reshape(-1), cols.reshape(-1)], axis=-1)
+
+    return VisionRoPE("pixel", rope, grid)
+
+
+def augment(
+    coords: np.ndarray,
+    *,
+    shift: float | None = None,
+    jitter: float | None = None,
+    rescale: float | None = None,
+    rng: Any = None,
+    values: dict[str, Any] | None = None,
+) -> np.ndarray:
+    """DINOv3's training-time augmentations of patch coordinates ``(tokens, 2)`` in ``[-1, 1]``:
+    add a uniform ``(dh, dw)`` in ``[-shift, shift]``, multiply by a log-uniform ``(jh, jw)`` in
+    ``[1/jitter, jitter]``, then by one log-uniform factor in ``[1/rescale, rescale]``.
+
+    The random values come from ``rng`` (a ``numpy.random.Generator`` or a seed: reproducible),
+    or are given in ``values`` (``{"shift": (dh, dw), "jitter": (jh, jw), "rescale": s}``).
+    """
+    out = np.asarray(coords, dtype=np.float64)
+    gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    given = dict(values or {})
+    for key, amount in (("shift", shift), ("jitter", jitter), ("rescale", rescale)):
+        if amount is None and key not in given:
+            continue
+        if key in given:
+            val = np.asarray(given[key], dtype=np.float64)
+        elif key == "shift":
+            val = gen.uniform(-amount, amount, size=2)
+        else:
+            span = math.log(v.check_float(amount, key, above=0.0))
+            val = np.exp(gen.uniform(-span, span, size=2 if key == "jitter" else 1))
+        out = out + val if key == "shift" else out * val
+    return out
+
+
+def dinov3(
+    head_dim: int,
+    *,
+    base: float = 100.0,
+    prefix_tokens: int = 1,
+    angles: AngleMethod = "exact",
+) -> VisionRoPE:
+    """DINOv3 (``DINOv3ViTRopePositionEmbedding``): patch centres ``((i + 0.5) / size) * 2 - 1``
+    per axis, times ``2 pi`` (the angle is ``2 pi * coord * base**(-4j/d)``); half layout;
+    the ``prefix_tokens`` (CLS and registers) come first and are not rotated (coordinate 0).
+    For training, pass :func:`augment`-ed coordinates to ``rope.rotate`` (times ``2 pi``)."""
+
+    def grid(h: int, w: int) -> np.ndarray:
+        ch, cw = (np.arange(0.5, h) / h) * 2.0 - 1.0, (np.arange(0.5, w) / w) * 2.0 - 1.0
+        rows, cols = np.meshgrid(ch, cw, indexing="ij")
+        patches = 2.0 * math.pi * np.stack([rows.reshape(-1), cols.reshape(-1)], axis=-1)
+        return np.concatenate([np.zeros((prefix_tokens, 2)), patches])
+
+    return VisionRoPE("dinov3", _axial(head_dim, "half", base, angles), grid)
+
+
+def llama4(head_dim: int, *, base: float = 10000.0, angles: AngleMethod = "exact") -> VisionRoPE:
+    """Llama 4 vision (``Llama4VisionRotaryEmbedding``): coordinates ``(col + 1, row + 1)`` of the
+    patches, then the CLS token (last) at ``(0, 0)`` (not rotated); interleaved pairs, each axis
+    a 1-D RoPE of ``head_dim / 2`` features (the x pairs first)."""
+
+    def grid(h: int, w: int) -> np.ndarray:
+        r, c = _grid(h, w)
+        return np.concatenate([np.stack([c + 1, r + 1], axis=-1), np.zeros((1, 2), dtype=np.int64)])
+
+    return VisionRoPE("llama4", _axial(head_dim, "interleaved", base, angles), grid)
+
+
+def pixtral(head_dim: int, *, base: float = 10000.0, angles: AngleMethod = "exact") -> VisionRoPE:
+    """Pixtral (``PixtralVisionRotaryEmbedding``): ``(row, col)``; the frequencies of a 1-D RoPE
+    of ``head_dim`` features, the even ones to the rows and the odd ones to the columns; half
+    layout."""
+    d = v.check_head_dim(head_dim)
+    f = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    even, odd = (Frequencies(tuple(float(x) for x in f[i::2])) for i in (0, 1))
+    rope = _axial(d, "half", base, angles, scaling=(even, odd))
+
+    def grid(h: int, w: int) -> np.ndarray:
+        r, c = _grid(h, w)
+        return np.stack([r, c], axis=-1)
+
+    return VisionRoPE("pixtral", rope, grid)
+
+
+def qwen2_vl(
+    head_dim: int, *, base: float = 10000.0, merge: int = 2, angles: AngleMethod = "exact"
+) -> VisionRoPE:
+    """Qwen2-VL's vision encoder (``VisionRotaryEmbedding``): ``(row, col)`` with tokens in
+    ``merge x merge`` windows (the order of its patch merger); half layout."""
+    m = v.check_int(merge, "merge", minimum=1)
+
+    def grid(h: int, w: int) -> np.ndarray:
+        if h % m or w % m:
+            raise ValueError(f"h and w must be multiples of merge={m}, got {h} x {w}")
+        r, c = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+        order = lambda a: a.reshape(h // m, m, w // m, m).transpose(0, 2, 1, 3).reshape(-1)  # noqa: E731
+        return np.stack([order(r), order(c)], axis=-1)
+
+    return VisionRoPE("qwen2_vl", _axial(head_dim, "half", base, angles), grid)
+
+
+def mixed_frequencies(
+    head_dim: int,
+    heads: int,
+    *,
+    temperature: float = 10.0,
+    rotate: bool = True,
+    seed: Any = None,
+    xp: Namespace | None = None,
+    dtype: Any = None,
+) -> Array:
+    """RoPE-Mixed's initial frequencies (Heo et al. 2024), ``(heads, 1, 2, head_dim / 2)`` for
+    :mod:`rotary.learned`: magnitudes ``temperature**(-4j/d)``; per head a random direction
+    ``phi`` (``rotate``, from ``seed``), the x frequencies ``[m cos phi, m cos(phi + pi/2)]`` and
+    the y ones ``[m sin phi, m sin(phi + pi/2)]``.  NumPy float64 by default."""
+    d = v.check_head_dim(head_dim)
+    h = v.check_int(heads, "heads", minimum=1)
+    mag = temperature ** (-np.arange(0, d, 4, dtype=np.float64) / d)
+    phi = np.random.default_rng(seed).uniform(0, 2 * math.pi, size=(h, 1)) if rotate else np.zeros((h, 1))
+    fx = np.concatenate([mag * np.cos(phi), mag * np.cos(phi + math.pi / 2)], axis=-1)
+    fy = np.concatenate([mag * np.sin(phi), mag * np.sin(phi + math.pi / 2)], axis=-1)
+    f = np.stack([fx, fy], axis=1)[:, None]  # (heads, 1, 2, d / 2)
+    if xp is None:
+        return f if dtype is None else f.astype(dtype)
+    xp = as_namespace(xp)
+    return xp.asarray(f, dtype=xp.float32 if dtype is None else dtype)
