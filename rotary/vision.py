@@ -194,7 +194,8 @@ def augment(
         if key in given:
             val = np.asarray(given[key], dtype=np.float64)
         elif key == "shift":
-            val = gen.uniform(-amount, amount, size=2)
+            a = v.check_float(amount, key, above=0.0)
+            val = gen.uniform(-a, a, size=2)
         else:
             span = math.log(v.check_float(amount, key, above=0.0))
             val = np.exp(gen.uniform(-span, span, size=2 if key == "jitter" else 1))
@@ -262,7 +263,10 @@ def qwen2_vl(
         if h % m or w % m:
             raise ValueError(f"h and w must be multiples of merge={m}, got {h} x {w}")
         r, c = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
-        order = lambda a: a.reshape(h // m, m, w // m, m).transpose(0, 2, 1, 3).reshape(-1)  # noqa: E731
+
+        def order(a: np.ndarray) -> np.ndarray:
+            return a.reshape(h // m, m, w // m, m).transpose(0, 2, 1, 3).reshape(-1)
+
         return np.stack([order(r), order(c)], axis=-1)
 
     return VisionRoPE("qwen2_vl", _axial(head_dim, "half", base, angles), grid)
