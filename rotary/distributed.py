@@ -1,4 +1,4 @@
-"""Beyond one machine: RoPE and RoPE linear attention on Dask and on sharded JAX.
+"""Beyond one machine: RoPE and RoPE linear attention on Dask, sharded JAX and torch.distributed.
 
 Nothing here imports Dask or JAX at module import time (this module, like
 :mod:`rotary.testing`, may name those libraries: it is the layer above everything else).
@@ -23,6 +23,19 @@ JAX
     an exclusive scan of the summaries across shards (:func:`exclusive_state_scan`,
     ``log2(shards)`` rounds of ``collective-permute``), then local chunked attention
     from the incoming state.
+
+torch.distributed (context parallelism)
+    Each rank holds part of the sequence, contiguous or zig-zag (:data:`SHARDINGS`);
+    :func:`shard_positions` gives its tokens' global positions and :func:`shard_sequence` its
+    part of a whole sequence.  :func:`context_parallel_linear_attention` runs causal (or
+    non-causal) RoPE linear attention across the ranks of a process group with one
+    differentiable all-gather of the chunk summaries; :func:`exclusive_state_scan` takes a
+    process group too.
+
+One design for the three: every part of the sequence is summarised by its
+:class:`~rotary.LinearAttentionState`, the summaries of the earlier parts are summed (a Dask
+scan, a JAX collective scan, a torch all-gather), and each part runs the causal algorithm on its
+own tokens from that state.  Queries, keys and values never move.
 """
 
 from __future__ import annotations
@@ -464,7 +477,7 @@ def _torch_prefixes(
     out = []
     for c in _chunks_of(rank, world, sharding)[1]:
         w = (chunk_id < c).to(gathered.dtype)
-        tot = torch.tensordot(w, gathered, dims=([0, 1], [0, 1]))
+        tot = (gathered * w.reshape(*w.shape, *(1,) * (gathered.ndim - 2))).sum(dim=(0, 1))
         out.append(_unpacked(tot, states[0], states[0].offset * c))
     return out
 

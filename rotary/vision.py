@@ -6,24 +6,18 @@ frequencies) plus the patch coordinates the model feeds it.  A :class:`VisionRoP
 the model's token order), and ``apply``/``rotate`` rotate tokens with them.  Exact angles by
 default; ``angles="float32"`` follows the towers' own float32 recipe.
 
-============================  ===========  =======================================================
-tower                         layout       coordinates, frequencies
-============================  ===========  =======================================================
-:func:`eva02` (timm           interleaved  integer ``(row, col)`` (+ ``grid_offset``, EVA's rescale to
-``RotaryEmbeddingCat``)                    a reference grid); ``base**(-4j/d)`` per axis
-:func:`pixel` (lucidrains     interleaved  ``linspace(-1, 1)`` per axis; ``pi * linspace(1,
-``freqs_for="pixel"``, timm                max_freq/2)`` (or log-spaced) per axis
-``in_pixels=True``)
-:func:`dinov3`                half         ``2 pi`` x patch centres in ``[-1, 1]`` (shift / jitter /
-                                           rescale augmentations); ``base**(-4j/d)``; prefix tokens
-                                           (CLS, registers) not rotated
-:func:`llama4`                interleaved  ``(col + 1, row + 1)``, the CLS token last at ``(0, 0)``;
-                                           ``base**(-4j/d)``
-:func:`pixtral`               half         ``(row, col)``; rows the even, columns the odd
-                                           frequencies of ``base**(-2j/d)``
-:func:`qwen2_vl`              half         ``(row, col)`` in 2x2 merge-window order;
-                                           ``base**(-4j/d)``
-============================  ===========  =======================================================
+- :func:`eva02` (EVA-02, timm ``RotaryEmbeddingCat``): interleaved; integer ``(row, col)``
+  plus ``grid_offset``, rescaled to a reference grid as EVA does; ``base**(-4j/d)`` per axis.
+- :func:`pixel` (lucidrains ``freqs_for="pixel"``, timm ``in_pixels=True``): interleaved;
+  ``linspace(-1, 1)`` per axis; ``pi * linspace(1, max_freq / 2)`` (or log-spaced) per axis.
+- :func:`dinov3`: half; ``2 pi`` times the patch centres in ``[-1, 1]`` (:func:`augment` for
+  training's shift, jitter and rescale); ``base**(-4j/d)``; prefix tokens not rotated.
+- :func:`llama4` (Llama 4 vision): interleaved; ``(col + 1, row + 1)``, the CLS token last at
+  ``(0, 0)``; ``base**(-4j/d)``.
+- :func:`pixtral`: half; ``(row, col)``; the even frequencies of ``base**(-2j/d)`` for the rows,
+  the odd ones for the columns.
+- :func:`qwen2_vl` (Qwen2-VL's vision encoder): half; ``(row, col)`` in ``2 x 2`` merge-window
+  order; ``base**(-4j/d)``.
 
 RoPE-Mixed (per-head trained frequencies mixing both coordinates) is :mod:`rotary.learned` with
 :func:`mixed_frequencies` as the initial value.

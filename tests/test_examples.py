@@ -137,6 +137,32 @@ def test_train_tiny(tmp_path):
     assert all(len(c) == 3 and np.isfinite(c).all() for c in curves.values())
 
 
+def test_train_vit_mixed():
+    pytest.importorskip("torch")
+    losses = load("train_vit_mixed").main(["--steps", "60", "--grid", "4"])
+    assert len(losses) == 60 and np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
+
+
+def test_train_learned_lm():
+    pytest.importorskip("torch")
+    losses = load("train_learned_lm").main(["--steps", "40", "--seq", "12"])
+    assert len(losses) == 40 and np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
+
+
+def test_context_parallel_example():
+    pytest.importorskip("torch")
+    # (a script: the spawned ranks import it by path)
+    res = subprocess.run(
+        [sys.executable, str(EXAMPLES / "context_parallel.py"), "--world", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    err = float(res.stdout.strip().rsplit("=", 1)[1])
+    assert err <= 16 * 2.0**-52, res.stdout
+
+
 # -- a missing extra: a message naming it, not a traceback ----------------------------------------
 _BLOCK = """
 import runpy, sys
