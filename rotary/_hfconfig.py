@@ -276,12 +276,26 @@ class _Cfg:
             )
         return v.check_head_dim(hidden // heads, "hidden_size // num_attention_heads")
 
-    def _layer_override(self, index: int | None) -> dict[str, Any]:
+    @functools.cached_property
+    def per_layer(self) -> dict[int, dict[str, Any]]:
+        """``per_layer_config`` (transformers' heterogeneous layers: overrides of the global config
+        per layer index) with integer keys (``to_dict()`` writes them as zero-padded strings,
+        ``"05"``)."""
         plc = self.d.get("per_layer_config")
-        if index is None or not isinstance(plc, Mapping):
+        if not isinstance(plc, Mapping):
             return {}
-        o = plc.get(str(index), plc.get(index))
-        return dict(o) if isinstance(o, Mapping) else {}
+        out: dict[int, dict[str, Any]] = {}
+        for k, o in plc.items():
+            try:
+                i = int(k)
+            except (TypeError, ValueError):
+                raise ValueError(f"per_layer_config keys must be layer indices, got {k!r}") from None
+            if isinstance(o, Mapping):
+                out[i] = dict(o)
+        return out
+
+    def _layer_override(self, index: int | None) -> dict[str, Any]:
+        return {} if index is None else self.per_layer.get(index, {})
 
     # -- layers --------------------------------------------------------------------------------
     @functools.cached_property
@@ -749,6 +763,17 @@ def _type_spec(cfg: _Cfg, layer_type: str | None, angles: AngleMethod) -> LayerS
         if not candidates:
             raise ValueError(f"no layer of type {layer_type!r} applies RoPE in this config")
         index = candidates[0]
+        if cfg.per_layer:  # heterogeneous layers: every layer of the type must rotate alike
+            overrides = {tuple(sorted(cfg._layer_override(i).items(), key=str)): i for i in candidates}
+            if len(overrides) > 1:
+                specs = {
+                    _layer_spec(cfg, layer_type if nested else None, i, angles) for i in overrides.values()
+                }
+                if len(specs) > 1:
+                    raise ValueError(
+                        f"the layers of type {layer_type!r} rotate differently (per_layer_config overrides "
+                        f"them); use rotary.hf.rope_for_layer(config, i) or model_rope(config)"
+                    )
     elif uses is not None:
         index = next((i for i, u in enumerate(uses) if u), None)
         if index is None:

@@ -273,3 +273,47 @@ def test_unknown_model_type_warns():
     with pytest.warns(UserWarning, match="model_type 'ernie4_5' is not one rotary.hf knows"):
         rope = rotary.hf.from_hf(cfg)
     assert rope.layout == "half"
+
+
+def test_per_layer_config_zero_padded_keys_and_layer_types():
+    # Regression (issue 24): transformers' per_layer_config (heterogeneous layers, written with
+    # zero-padded string keys) was ignored: EmbeddingGemma2's full-attention layers (head_dim 512
+    # there) came out 256 wide.
+    cfg = {
+        "model_type": "gemma3_text",
+        "head_dim": 256,
+        "num_hidden_layers": 6,
+        "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+        },
+        "per_layer_config": {"05": {"head_dim": 512}},
+    }
+    assert rotary.hf.from_hf(cfg, layer_type="full_attention").head_dim == 512
+    assert rotary.hf.from_hf(cfg, layer_type="sliding_attention").head_dim == 256
+    assert rotary.hf.rope_for_layer(cfg, 5).head_dim == 512
+    two = dict(cfg, num_hidden_layers=12, layer_types=cfg["layer_types"] * 2)
+    with pytest.raises(ValueError, match="rope_for_layer"):  # layers of one type that differ
+        rotary.hf.from_hf(two, layer_type="full_attention")
+
+
+def test_embedding_gemma2_full_attention_against_transformers():
+    torch = pytest.importorskip("torch")
+    mapping = pytest.importorskip("transformers.models.auto.configuration_auto").CONFIG_MAPPING
+    if "embedding_gemma2" not in mapping:
+        pytest.skip("this transformers has no embedding_gemma2")
+    import importlib
+    import warnings
+
+    cfg = mapping["embedding_gemma2"]().get_text_config(decoder=True)
+    mod = importlib.import_module("transformers.models.embedding_gemma2.modeling_embedding_gemma2")
+    emb = next(getattr(mod, n) for n in dir(mod) if n.endswith("RotaryEmbedding"))(cfg)
+    pos = torch.arange(32)[None] * 37
+    for lt in ("full_attention", "sliding_attention"):
+        c, s = emb(torch.zeros(1, 32, 8), pos, layer_type=lt)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rope = rotary.hf.from_hf(cfg, angles="float32", layer_type=lt)
+        rc, rs = rope.cos_sin(pos[0], full=True, dtype=torch.float32)
+        assert torch.equal(rc, c[0]) and torch.equal(rs, s[0]), lt
