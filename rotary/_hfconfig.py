@@ -482,6 +482,9 @@ def _kind(p: dict[str, Any], family: str | None) -> str:
         raise TypeError(f"rope_type must be a string, got {kind!r}")
     if family == "phi3" and kind in ("su", "yarn"):  # transformers maps both to longrope for Phi-3
         kind = "longrope"
+    if kind == "dynamic" and p.get("alpha"):
+        # HunYuan's fixed-alpha "dynamic" scaling: transformers reads it as ntk_alpha (static)
+        kind = "ntk_alpha"
     return kind
 
 

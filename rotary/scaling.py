@@ -701,6 +701,24 @@ def from_fields(kind: str, values: tuple[Any, ...]) -> Scaling:
     return _REGISTRY[kind](*values)
 
 
+#: Keys HunYuan's published NTK-alpha dicts carry that transformers' ``ntk_alpha`` ignores.
+_NTK_ALPHA_IGNORED = frozenset({"factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim"})
+
+
+def _ntk_alpha(d: dict[str, Any]) -> Scaling:
+    """HunYuan's NTK-alpha (``{"type": "dynamic", "alpha": a}``, transformers' ``ntk_alpha``): the
+    base becomes ``base * alpha**(d / (d - 2))`` for every position, i.e. :class:`NTK` with
+    ``factor=alpha`` (transformers: ``compute_ntk_alpha_rope_parameters``)."""
+    unknown = sorted(k for k in d if k not in _NTK_ALPHA_IGNORED and k not in _ROPE_KEYS and k != "alpha")
+    if unknown:
+        raise ValueError(
+            f"rope_type 'ntk_alpha' does not take {', '.join(map(repr, unknown))}; it takes 'alpha'"
+        )
+    if d.get("alpha") is None:
+        raise ValueError("rope_type 'ntk_alpha' needs 'alpha' in the scaling dict")
+    return NTK(factor=d["alpha"])
+
+
 #: HF dict keys whose dataclass field has another name.
 _RENAMES = {"attention_factor": "attention_factor_"}
 #: Keys of HF dicts that describe the RoPE, not the scaling.
@@ -737,6 +755,8 @@ beta_slow=1.0, mscale=None, mscale_all_dim=None, truncate=True)
     if not isinstance(d, dict):
         raise TypeError(f"rope_scaling must be a dict, got {type(d).__name__}")
     kind = d.get("rope_type", d.get("type", "default"))
+    if kind == "ntk_alpha" or (kind == "dynamic" and d.get("alpha") is not None):
+        return _ntk_alpha(d)
     if kind not in _REGISTRY:
         raise v.unknown_option("rope_type", kind, _REGISTRY)
     cls = _REGISTRY[kind]

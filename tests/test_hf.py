@@ -317,3 +317,30 @@ def test_embedding_gemma2_full_attention_against_transformers():
             rope = rotary.hf.from_hf(cfg, angles="float32", layer_type=lt)
         rc, rs = rope.cos_sin(pos[0], full=True, dtype=torch.float32)
         assert torch.equal(rc, c[0]) and torch.equal(rs, s[0]), lt
+
+
+def test_hunyuan_ntk_alpha():
+    # Regression (issue 24): HunYuan's {"type": "dynamic", "alpha": a} (transformers' ntk_alpha:
+    # the base times alpha**(d / (d - 2)), static) was refused: "'dynamic' does not take 'alpha'".
+    scaling = {"type": "dynamic", "alpha": 1000.0, "factor": 1.0, "beta_fast": 32, "mscale": 1.0}
+    cfg = {"model_type": "hunyuan_v1_dense", "head_dim": 64, "rope_theta": 10000.0, "rope_scaling": scaling}
+    rope = rotary.hf.from_hf(cfg)
+    assert rope.scaling == sc.NTK(factor=1000.0) and rope.static
+    np.testing.assert_allclose(
+        rope.inv_freq(), rotary.inv_freq(64, 10000.0 * 1000.0 ** (64 / 62)), rtol=1e-15
+    )
+    with pytest.raises(ValueError, match="ntk_alpha"):
+        sc.from_dict({"type": "dynamic", "alpha": 2.0, "low_freq_factor": 1.0})
+
+
+def test_hunyuan_ntk_alpha_against_transformers():
+    torch = pytest.importorskip("torch")
+    m = pytest.importorskip("transformers.models.hunyuan_v1_dense.modeling_hunyuan_v1_dense")
+    from transformers import HunYuanDenseV1Config
+
+    scaling = {"type": "dynamic", "alpha": 1000.0, "factor": 1.0, "beta_fast": 32, "beta_slow": 1}
+    cfg = HunYuanDenseV1Config(hidden_size=256, num_attention_heads=4, head_dim=64, rope_scaling=scaling)
+    pos = torch.arange(32)[None] * 37
+    c, s = m.HunYuanDenseV1RotaryEmbedding(cfg)(torch.zeros(1, 32, 8), pos)
+    rc, rs = rotary.hf.from_hf(cfg, angles="float32").cos_sin(pos[0], full=True, dtype=torch.float32)
+    assert torch.equal(rc, c[0]) and torch.equal(rs, s[0])
