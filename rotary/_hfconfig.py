@@ -28,7 +28,7 @@ from typing import Any
 from ._config import RopeConfig
 from ._lib import _validation as v
 from ._lib._typing import AngleMethod, Layout, PartialMode
-from .scaling import Linear, Scaling, from_dict
+from .scaling import Backwards, Linear, Scaling, from_dict
 
 __all__ = [
     "DEFAULT_THETA",
@@ -58,6 +58,11 @@ DEFAULT_THETA: dict[str, float | dict[str, float]] = {
     "gpt_oss": 150000.0,
     "phimoe": 1000000.0,
     "olmo3": 500000.0,
+    "ernie4_5": 500000.0,
+    "ernie4_5_moe": 500000.0,
+    "helium": 100000.0,
+    "lfm3": 1000000.0,
+    "openai_privacy_filter": 150000.0,
     "gemma3": {"full_attention": 1000000.0, "sliding_attention": 10000.0},
     "gemma4": {"full_attention": 1000000.0, "sliding_attention": 10000.0},
     "modernbert": {"full_attention": 160000.0, "sliding_attention": 10000.0},
@@ -65,12 +70,54 @@ DEFAULT_THETA: dict[str, float | dict[str, float]] = {
 
 #: Families whose ``transformers`` attention rotates only part of each head
 #: (``partial_rotary_factor``); the others rotate the whole head.
-_PARTIAL = frozenset({"phi", "phi3", "stablelm", "gpt_neox", "glm", "glm4", "gemma4"})
+_PARTIAL = frozenset(
+    {"phi", "phi3", "stablelm", "gpt_neox", "glm", "glm4", "gemma4"}
+    # their apply_rotary_pos_emb rotates ``cos.shape[-1]`` features and passes the rest through, and
+    # their rotary embeddings read partial_rotary_factor (transformers 5.24, the census)
+    | {"qwen3_5", "qwen3_5_moe", "qwen3_next", "nemotron", "persimmon", "laguna", "lfm3", "mimo_v2_flash"}
+    | {
+        "moonshine_streaming",
+        "neomme",
+        "gemma4_unified",
+        "diffusion_gemma",
+        "zaya",
+        "recurrent_gemma",
+        "bamba",
+    }
+)
 #: ``partial_rotary_factor`` when a config has none.
-_DEFAULT_PRF = {"phi": 0.5, "stablelm": 0.25, "gpt_neox": 0.25, "glm": 0.5, "glm4": 0.5}
+_DEFAULT_PRF = {
+    "phi": 0.5,
+    "stablelm": 0.25,
+    "gpt_neox": 0.25,
+    "glm": 0.5,
+    "glm4": 0.5,
+    "bamba": 0.5,
+    "moonshine_streaming": 0.8,
+    "nemotron": 0.5,
+    "persimmon": 0.5,
+    "qwen3_5": 0.25,
+    "qwen3_5_moe": 0.25,
+    "qwen3_next": 0.25,
+    "recurrent_gemma": 0.5,
+}
 #: Families that pair features ``(2i, 2i + 1)`` (rotate-every-two, complex view or
 #: ``repeat_interleave``); DeepSeek-V3 only with ``rope_interleave`` (its default).
-_INTERLEAVED = frozenset({"gptj", "cohere", "cohere2", "glm", "glm4", "chatglm", "llama4", "deepseek_v2"})
+_INTERLEAVED = frozenset(
+    {"gptj", "cohere", "cohere2", "glm", "glm4", "chatglm", "llama4", "deepseek_v2"}
+    # helium, ernie4_5(_moe), moonshine_streaming: apply_rotary_pos_emb interleaves cos
+    # (repeat_interleave) and rotates (2i, 2i + 1); cohere2_moe:
+    # Cohere's rotate_half of (2i, 2i + 1); openai_privacy_filter: _apply_rotary_emb over x[..., ::2]
+    # and x[..., 1::2] (transformers 5.24)
+    | {"helium", "ernie4_5", "ernie4_5_moe", "cohere2_moe", "openai_privacy_filter", "moonshine_streaming"}
+)
+#: Families that rotate by ``-theta`` (NanoChat's rotate_half flips the signs: ``cat(x2, -x1)``).
+_BACKWARDS = frozenset({"nanochat"})
+#: Multimodal text RoPEs rotary does not read yet (3-D position ids recomposed into sections
+#: other than Qwen-VL's): refused, never read as a plain RoPE.
+_UNSUPPORTED_MROPE = frozenset(
+    {"ernie4_5_vl_moe", "glm_ocr", "glm4v", "glm4v_moe", "hunyuan_vl", "qwen3_omni_moe", "glm_image"}
+)
 #: M-RoPE families: default sections and whether the model interleaves them (it ignores the
 #: ``mrope_interleaved`` key: Qwen3-VL always interleaves, Qwen2/2.5-VL never).
 _MROPE = {
@@ -125,7 +172,9 @@ _KNOWN = frozenset(
         "granitemoe",
         "internlm2",
     }
-).union(_PARTIAL, _INTERLEAVED, _DEEPSEEK, _PER_TYPE, _MROPE, DEFAULT_THETA, *_MODEL_KEYS.values())
+).union(
+    _PARTIAL, _INTERLEAVED, _BACKWARDS, _DEEPSEEK, _PER_TYPE, _MROPE, DEFAULT_THETA, *_MODEL_KEYS.values()
+)
 
 _ALIASES = {
     "hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model"),
@@ -220,6 +269,12 @@ class _Cfg:
         return self.get(name) is not None
 
     def _check_model_keys(self) -> None:
+        if self.family in _UNSUPPORTED_MROPE:
+            raise ValueError(
+                f"model_type {self.model_type!r} applies a multimodal RoPE (3-D position ids recomposed into "
+                "sections) that rotary does not read yet; only Qwen2-VL / Qwen2.5-VL / Qwen3-VL M-RoPE is "
+                "supported (rotary.hf.mrope_from_hf)"
+            )
         for key, families in _MODEL_KEYS.items():
             if self.d.get(key) is None or self.family in families:
                 continue
@@ -417,7 +472,7 @@ class _Cfg:
             if layer_type == "full_attention":
                 return {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1000000.0}
             return {"rope_type": "default", "rope_theta": 10000.0}
-        if flat is None and fam == "gpt_oss":
+        if flat is None and fam in ("gpt_oss", "openai_privacy_filter"):
             return {
                 "rope_type": "yarn",
                 "factor": 32.0,
@@ -612,6 +667,12 @@ def _spec(cfg: _Cfg, p: dict[str, Any], angles: AngleMethod) -> LayerSpec:
             max_position_embeddings=p["max_position_embeddings"],
             original_max_position_embeddings=p.get("original_max_position_embeddings"),
         )
+    if fam in _BACKWARDS:
+        if scaling is not None and type(scaling).rope_type != "default":
+            raise ValueError(
+                f"{cfg.model_type!r} rotates backwards; rotary reads it with the default RoPE only"
+            )
+        scaling = Backwards()
     config = RopeConfig(
         head_dim,
         rotary_dim=None if rotary_dim == head_dim else rotary_dim,

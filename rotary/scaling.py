@@ -169,6 +169,28 @@ class Linear(Scaling):
         return default_float32_inv_freq(dim, base, xp=xp, device=device) / self.factor
 
 
+@dataclasses.dataclass(frozen=True)
+class Backwards(Scaling):
+    """The default frequencies, negated: a rotation by ``-theta`` (NanoChat, whose
+    ``rotate_half`` flips the signs).  ``"float32"`` angles negate Hugging Face's float32
+    frequencies, so they are its bits.
+
+    Examples
+    --------
+    >>> from rotary.scaling import Backwards
+    >>> Backwards().inv_freq(4, 10000.0)
+    array([-1.  , -0.01])
+    """
+
+    rope_type: ClassVar[str] = "backwards"
+
+    def inv_freq(self, dim: int, base: float) -> np.ndarray:
+        return -default_inv_freq(dim, base)
+
+    def float32_inv_freq(self, dim: int, base: float, *, xp: Namespace, device: Device = None) -> Array:
+        return -default_float32_inv_freq(dim, base, xp=xp, device=device)
+
+
 def _check_pairs(values: tuple[float, ...], dim: int, name: str) -> None:
     if len(values) != dim // 2:
         raise ValueError(f"{name} must have rotary_dim // 2 = {dim // 2} entries, got {len(values)}")
@@ -664,7 +686,7 @@ def register(cls: type[Scaling]) -> type[Scaling]:
     return cls
 
 
-for _cls in (Default, Linear, NTK, Factors, Frequencies, YaRN, Llama3, DynamicNTK, LongRoPE):
+for _cls in (Default, Linear, NTK, Factors, Frequencies, YaRN, Llama3, DynamicNTK, LongRoPE, Backwards):
     register(_cls)
 
 

@@ -269,10 +269,31 @@ def test_nested_parameters_take_each_layer_types_own_default_base():
 
 
 def test_unknown_model_type_warns():
-    cfg = {"model_type": "ernie4_5", "hidden_size": 64, "num_attention_heads": 4}
-    with pytest.warns(UserWarning, match="model_type 'ernie4_5' is not one rotary.hf knows"):
+    cfg = {"model_type": "my_new_model", "hidden_size": 64, "num_attention_heads": 4}
+    with pytest.warns(UserWarning, match="model_type 'my_new_model' is not one rotary.hf knows"):
         rope = rotary.hf.from_hf(cfg)
     assert rope.layout == "half"
+
+
+def test_families_read_as_their_attention_rotates():
+    # Regression (issue 24, the census): these were read Llama-style (half layout, forwards) with
+    # only a warning, and their numbers were wrong: Helium, ERNIE 4.5, Cohere 2 MoE, the OpenAI
+    # privacy filter and Moonshine-streaming pair (2i, 2i + 1); NanoChat rotates by -theta.
+    for mt in (
+        "helium",
+        "ernie4_5",
+        "ernie4_5_moe",
+        "cohere2_moe",
+        "openai_privacy_filter",
+        "moonshine_streaming",
+    ):
+        assert rotary.hf.from_hf({"model_type": mt, "head_dim": 16}).layout == "interleaved", mt
+    nano = rotary.hf.from_hf({"model_type": "nanochat", "head_dim": 8, "rope_theta": 100.0})
+    np.testing.assert_array_equal(nano.inv_freq(), -rotary.inv_freq(8, 100.0))
+    with pytest.raises(ValueError, match="multimodal RoPE"):  # refused, never read as a plain RoPE
+        rotary.hf.from_hf({"model_type": "glm4v", "head_dim": 16})
+    # partial rotary read for the families whose attention rotates cos.shape[-1] features
+    assert rotary.hf.from_hf({"model_type": "qwen3_next", "head_dim": 256}).rotary_dim == 64
 
 
 def test_per_layer_config_zero_padded_keys_and_layer_types():
