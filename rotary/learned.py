@@ -26,6 +26,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ._backends import backend_for
@@ -35,7 +36,7 @@ from ._lib._typing import Array, Device, DType, Layout, Namespace
 from ._math._rotation import expand_pairs, rotate_pairs
 from ._rope import RoPE, eager_positions
 
-__all__ = ["apply", "cos_sin", "frequencies", "rotate", "xpos_scale"]
+__all__ = ["Settings", "apply", "cos_sin", "frequencies", "rotate", "xpos_scale"]
 
 
 def frequencies(
@@ -250,3 +251,42 @@ def apply(
         _rotate(q, p, freqs, layout, rotary_dim, xp, qs),
         _rotate(k, kp, freqs, layout, rotary_dim, xp, ks),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What a module of trained frequencies (:mod:`rotary.modules`) holds besides them: the pair
+    layout, the head and rotated widths (``partial="proportional"`` pairs span the head) and
+    xPos, taken from the :class:`rotary.RoPE` (or head dim) it starts from."""
+
+    rope: RoPE
+    xpos_scale_base: float | None = None
+
+    @classmethod
+    def of(cls, rope: RoPE | int, xpos_scale_base: float | None = None) -> Settings:
+        if not isinstance(rope, RoPE):
+            rope = RoPE(v.check_head_dim(rope))
+        return cls(rope, xpos_scale_base)
+
+    @property
+    def layout(self) -> Layout:
+        return self.rope.layout
+
+    @property
+    def rotary_dim(self) -> int:
+        return self.rope.config.width
+
+    def apply(self, q: Array, k: Array, pos: Any, freqs: Array, k_pos: Any = None) -> tuple[Array, Array]:
+        return apply(
+            q,
+            k,
+            pos,
+            freqs,
+            layout=self.layout,
+            rotary_dim=self.rotary_dim,
+            k_pos=k_pos,
+            xpos_scale_base=self.xpos_scale_base,
+        )
+
+    def rotate(self, x: Array, pos: Any, freqs: Array) -> Array:
+        return rotate(x, pos, freqs, layout=self.layout, rotary_dim=self.rotary_dim)

@@ -25,8 +25,6 @@ import jax.numpy as jnp
 from flax import nnx
 
 from .. import learned
-from .._lib import _validation as v
-from .._lib._typing import Layout
 from .._rope import RoPE
 
 __all__ = ["LearnedRoPE"]
@@ -45,28 +43,16 @@ class LearnedRoPE(nnx.Module):
         xpos_scale_base: float | None = None,
         dtype: Any = None,
     ) -> None:
-        if not isinstance(rope, RoPE):
-            rope = RoPE(v.check_head_dim(rope))
-        self.layout: Layout = rope.layout
-        self.head_dim = rope.head_dim
-        self.rotary_dim = rope.config.width
-        self.xpos_scale_base = xpos_scale_base
-        init = learned.frequencies(rope, xp=jnp, dtype=dtype or jnp.float32, n_axes=n_axes, heads=heads)
+        self.settings = learned.Settings.of(rope, xpos_scale_base)
+        init = learned.frequencies(
+            self.settings.rope, xp=jnp, dtype=dtype or jnp.float32, n_axes=n_axes, heads=heads
+        )
         self.freqs = nnx.Param(init)
 
     def __call__(self, q: Any, k: Any, pos: Any, k_pos: Any = None) -> tuple[Any, Any]:
         """Rotated ``(q, k)``; see :func:`rotary.learned.apply`."""
-        return learned.apply(
-            q,
-            k,
-            pos,
-            self.freqs.value,
-            layout=self.layout,
-            rotary_dim=self.rotary_dim,
-            k_pos=k_pos,
-            xpos_scale_base=self.xpos_scale_base,
-        )
+        return self.settings.apply(q, k, pos, self.freqs.value, k_pos)
 
     def rotate(self, x: Any, pos: Any) -> Any:
         """``x`` rotated (no xPos scale)."""
-        return learned.rotate(x, pos, self.freqs.value, layout=self.layout, rotary_dim=self.rotary_dim)
+        return self.settings.rotate(x, pos, self.freqs.value)

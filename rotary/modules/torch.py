@@ -21,8 +21,6 @@ from typing import Any
 import torch
 
 from .. import learned
-from .._lib import _validation as v
-from .._lib._typing import Layout
 from .._rope import RoPE
 
 __all__ = ["LearnedRoPE"]
@@ -56,33 +54,24 @@ class LearnedRoPE(torch.nn.Module):
         device: Any = None,
     ) -> None:
         super().__init__()
-        if not isinstance(rope, RoPE):
-            rope = RoPE(v.check_head_dim(rope))
-        self.layout: Layout = rope.layout
-        self.head_dim = rope.head_dim
-        self.rotary_dim = rope.config.width
-        self.xpos_scale_base = xpos_scale_base
+        self.settings = learned.Settings.of(rope, xpos_scale_base)
         init = learned.frequencies(
-            rope, xp=torch, dtype=dtype or torch.float32, device=device, n_axes=n_axes, heads=heads
+            self.settings.rope,
+            xp=torch,
+            dtype=dtype or torch.float32,
+            device=device,
+            n_axes=n_axes,
+            heads=heads,
         )
         self.freqs = torch.nn.Parameter(init)
 
     def forward(self, q: Any, k: Any, pos: Any, k_pos: Any = None) -> tuple[Any, Any]:
         """Rotated ``(q, k)``; see :func:`rotary.learned.apply`."""
-        return learned.apply(
-            q,
-            k,
-            pos,
-            self.freqs,
-            layout=self.layout,
-            rotary_dim=self.rotary_dim,
-            k_pos=k_pos,
-            xpos_scale_base=self.xpos_scale_base,
-        )
+        return self.settings.apply(q, k, pos, self.freqs, k_pos)
 
     def rotate(self, x: Any, pos: Any) -> Any:
         """``x`` rotated (no xPos scale: that needs queries and keys together)."""
-        return learned.rotate(x, pos, self.freqs, layout=self.layout, rotary_dim=self.rotary_dim)
+        return self.settings.rotate(x, pos, self.freqs)
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, layout={self.layout!r}, freqs={tuple(self.freqs.shape)}"
+        return f"{self.settings.rope!r}, freqs={tuple(self.freqs.shape)}"
