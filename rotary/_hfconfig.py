@@ -63,6 +63,35 @@ DEFAULT_THETA: dict[str, float | dict[str, float]] = {
     "helium": 100000.0,
     "lfm3": 1000000.0,
     "openai_privacy_filter": 150000.0,
+    # the census families' config classes (transformers 5.24 default_theta)
+    "apertus": 12000000.0,
+    "apertus1p5": 12000000.0,
+    "bitnet": 500000.0,
+    "cosmos3_edge": 100000000.0,
+    "csm": 500000.0,
+    "cwm": 1000000.0,
+    "dots3_note": 80000000.0,
+    "emu3_text_model": 1000000.0,
+    "flex_olmo": 500000.0,
+    "gte": 160000.0,
+    "hy_v3": 11158840.0,
+    "jina_embeddings_v3": 20000.0,
+    "lfm2": 1000000.0,
+    "lfm2_moe": 1000000.0,
+    "longcat_flash": 10000000.0,
+    "minimax": 1000000.0,
+    "minimax_m2": 5000000.0,
+    "minimax_m3_vl": 5000000.0,
+    "mllama_text_model": 500000.0,
+    "muse_glimmer_assistant": 500000.0,
+    "nomic_bert": 1000.0,
+    "paddleocr_vl": 500000.0,
+    "qwen2_5_omni": 1000000.0,
+    "solar_open": 1000000.0,
+    "gemma3n": {"full_attention": 1000000.0, "sliding_attention": 10000.0},
+    "modernbert-decoder": {"full_attention": 160000.0, "sliding_attention": 10000.0},
+    "neomme": {"full_attention": 1000000.0, "sliding_attention": 10000.0},
+    "t5gemma2": {"full_attention": 1000000.0, "sliding_attention": 10000.0},
     "gemma3": {"full_attention": 1000000.0, "sliding_attention": 10000.0},
     "gemma4": {"full_attention": 1000000.0, "sliding_attention": 10000.0},
     "modernbert": {"full_attention": 160000.0, "sliding_attention": 10000.0},
@@ -75,6 +104,20 @@ _PARTIAL = frozenset(
     # their apply_rotary_pos_emb rotates ``cos.shape[-1]`` features and passes the rest through, and
     # their rotary embeddings read partial_rotary_factor (transformers 5.24, the census)
     | {"qwen3_5", "qwen3_5_moe", "qwen3_next", "nemotron", "persimmon", "laguna", "lfm3", "mimo_v2_flash"}
+    | {"minimax_m2", "minimax_m3_vl", "moonshine", "glm4_moe"}
+    # found by the census's partial probe (tests/hf_census.py: partial_probe)
+    | {
+        "apertus",
+        "apertus1p5",
+        "cwm",
+        "gpt_neox_japanese",
+        "mellum",
+        "ministral3",
+        "phi4_multimodal",
+        "qwen4_exp",
+        "solar_open",
+        "step3p5",
+    }
     | {
         "moonshine_streaming",
         "neomme",
@@ -85,6 +128,10 @@ _PARTIAL = frozenset(
         "bamba",
     }
 )
+#: Of those, the families whose own ``compute_default_rope_parameters`` ignores
+#: ``partial_rotary_factor`` (only their ``proportional`` layers and the scaled rope types of
+#: transformers' ``ROPE_INIT_FUNCTIONS`` read it).
+_DEFAULT_IGNORES_PRF = frozenset({"gemma4", "gemma4_unified", "diffusion_gemma", "lfm3"})
 #: ``partial_rotary_factor`` when a config has none.
 _DEFAULT_PRF = {
     "phi": 0.5,
@@ -93,6 +140,8 @@ _DEFAULT_PRF = {
     "glm": 0.5,
     "glm4": 0.5,
     "bamba": 0.5,
+    "glm4_moe": 0.5,
+    "moonshine": 0.9,
     "moonshine_streaming": 0.8,
     "nemotron": 0.5,
     "persimmon": 0.5,
@@ -104,13 +153,45 @@ _DEFAULT_PRF = {
 #: Families that pair features ``(2i, 2i + 1)`` (rotate-every-two, complex view or
 #: ``repeat_interleave``); DeepSeek-V3 only with ``rope_interleave`` (its default).
 _INTERLEAVED = frozenset(
-    {"gptj", "cohere", "cohere2", "glm", "glm4", "chatglm", "llama4", "deepseek_v2"}
+    {"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "chatglm", "llama4", "deepseek_v2"}
     # helium, ernie4_5(_moe), moonshine_streaming: apply_rotary_pos_emb interleaves cos
     # (repeat_interleave) and rotates (2i, 2i + 1); cohere2_moe:
     # Cohere's rotate_half of (2i, 2i + 1); openai_privacy_filter: _apply_rotary_emb over x[..., ::2]
     # and x[..., 1::2] (transformers 5.24)
     | {"helium", "ernie4_5", "ernie4_5_moe", "cohere2_moe", "openai_privacy_filter", "moonshine_streaming"}
+    | {"moonshine"}
+    # DeepSeek-V4's apply_rotary_pos_emb: repeat_interleave'd cos, rotate_half of (2i, 2i + 1)
+    | {"deepseek_v4"}
+    # MLA attentions that call apply_rotary_pos_emb_interleave whatever the config says
+    # (hy_v4_vl: its apply_rotary_pos_emb repeat-interleaves cos and rotates (2i, 2i + 1))
+    | {
+        "axk2",
+        "bailing_hybrid",
+        "deepseek_v32",
+        "dots3_note",
+        "glm_moe_dsa",
+        "hy_v4_vl",
+        "longcat_flash",
+        "mistral_large4",
+    }
 )
+#: MLA attentions that choose apply_rotary_pos_emb_interleave by ``config.rope_interleave``
+#: (default true; ``sarvam_mla`` runs DeepSeek-V3's modeling code).  The other MLA families
+#: (MiniCPM3, HunYuan v4) pair ``(i, i + d/2)``.
+_INTERLEAVE_FLAG = frozenset({"deepseek_v3", "sarvam_mla", "axk1", "glm4_moe_lite", "mistral4", "youtu"})
+#: Attentions that scale queries by ``1 + beta * log(1 + floor(pos / original_max_position_embeddings))``
+#: after RoPE, ``beta`` being ``rope_parameters["llama_4_scaling_beta"]`` (transformers'
+#: ``get_llama_4_attn_scale``): Ministral 3, Mistral 4.
+_QUERY_SCALE_BETA = frozenset({"ministral3", "mistral4"})
+#: Families with ``no_rope_layers`` (1: the layer uses RoPE); Llama 4 rebuilds an empty list
+#: from ``no_rope_layer_interval``, the others only a missing one.
+_NOPE_LAYERS = frozenset({"llama4", "smollm3", "mistral_large4"})
+#: MLA attentions that do not scale their softmax by YaRN's ``mscale_all_dim`` (the others call
+#: ``yarn_apply_mscale``).
+_NO_MLA_MSCALE = frozenset({"dots3_note"})
+#: GPT-J's rotary embedding (``create_sinusoidal_positions``: base 10000, ``rotary_dim`` features,
+#: rotate-every-two), shared by CodeGen.
+_GPTJ = frozenset({"gptj", "codegen"})
 #: Families that rotate by ``-theta`` (NanoChat's rotate_half flips the signs: ``cat(x2, -x1)``).
 _BACKWARDS = frozenset({"nanochat"})
 #: Multimodal text RoPEs rotary does not read yet (3-D position ids recomposed into sections
@@ -125,8 +206,20 @@ _MROPE = {
     "qwen2_5_vl": ((16, 24, 24), False),
     "qwen3_vl": ((24, 20, 20), True),
     "qwen3_vl_moe": ((24, 20, 20), True),
+    # HunYuan v4 VL: Qwen3-VL's interleaved recomposition (HYV4VLRotaryEmbedding.recomposition_frequencies)
+    "hy_v4_vl": ((12, 10, 10), True),
 }
-_DEEPSEEK = frozenset({"deepseek_v2", "deepseek_v3"})
+#: M-RoPE families whose position ids :func:`rotary.positions.mrope_position_ids` computes.
+_QWEN_VL = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"})
+#: Families whose nested ``rope_parameters`` are keyed by RoPE labels, not layer types: the label
+#: each layer type reads (DeepSeek-V4: ``DeepseekV4Attention.rope_layer_type``).
+_ROPE_KEYS = {
+    "deepseek_v4": {
+        "sliding_attention": "main",
+        "compressed_sparse_attention": "compress",
+        "heavily_compressed_attention": "compress",
+    }
+}
 #: Families that derive ``layer_types`` with every that many-th layer global (full attention).
 _SLIDING_EVERY = {"gemma2": 2, "gpt_oss": 2, "gemma3": 6, "cohere2": 4, "gemma4": 6}
 #: Families whose RoPE parameters differ per layer type (full vs sliding attention).
@@ -138,22 +231,44 @@ _MODEL_KEYS: dict[str, frozenset[str]] = {
     "rotary_pct": frozenset({"gpt_neox"}),
     "rotary_emb_base": frozenset({"gpt_neox"}),
     "rope_pct": frozenset({"stablelm"}),
-    "rotary_dim": frozenset({"gptj"}),
-    "qk_rope_head_dim": _DEEPSEEK,
-    "rope_interleave": frozenset({"deepseek_v3"}),
+    "rotary_dim": frozenset({"gptj", "codegen", "minimax_m2", "minimax_m3_vl"}),
+    "rope_interleave": _INTERLEAVE_FLAG,
     "rope_local_base_freq": frozenset({"gemma3"}),
-    "no_rope_layers": frozenset({"llama4", "smollm3"}),
-    "no_rope_layer_interval": frozenset({"llama4", "smollm3"}),
+    "no_rope_layers": _NOPE_LAYERS,
+    "no_rope_layer_interval": _NOPE_LAYERS,
     "global_rope_theta": frozenset({"modernbert"}),
     "local_rope_theta": frozenset({"modernbert"}),
     "global_head_dim": frozenset({"gemma4"}),
     "rope_ratio": frozenset({"chatglm"}),
-    "kv_channels": frozenset({"chatglm"}),
+    "kv_channels": frozenset({"chatglm", "jetmoe", "zamba2"}),
     "mrope_section": frozenset(_MROPE),
     "mrope_interleaved": frozenset(_MROPE),
     "use_dynamic_ntk": frozenset(),
     "use_logn_attn": frozenset(),
 }
+#: Model types (their ``model_type`` as configs write it, less ``_text``) that the census
+#: (``tests/hf_census.py``, transformers 5.24) reads bit for bit: no warning for them.
+_CENSUS_MATCHED = frozenset(
+    " afmoe apertus apertus1p5 arcee aria axk1 axk2 bailing_hybrid bamba beam bitnet chameleon "
+    "codegen cohere cohere2 cohere2_moe cosmos3_edge csm cwm dbrx deepseek_ocr2 deepseek_v3 "
+    "deepseek_v32 deepseek_v4 dia_decoder diffllama diffusion_gemma doge dory dots1 dots3_note "
+    "embedding_gemma2 emu3_text_model ernie4_5 ernie4_5_moe esm esmc eurobert exaone4 "
+    "exaone_moe falcon falcon_h1 flex_olmo flint gemma gemma2 gemma3 gemma3n gemma4 "
+    "gemma4_unified glm glm4 glm4_moe glm4_moe_lite glm_moe_dsa gpt_neox gpt_neox_japanese "
+    "gpt_oss gptj gradium_phonon_tts granite granite_docling granite_swa granitemoe "
+    "granitemoe_swa granitemoehybrid granitemoeshared gte helium hrm hunyuan_v1_dense "
+    "hunyuan_v1_moe hy_v3 hy_v4 hy_v4_vl hyperclovax idefics jais2 jetmoe jina_embeddings_v3 "
+    "kolibri1 laguna lara_mini lfm2 lfm2_moe lfm3 llama longcat_flash mellum mimi mimo_v2_flash "
+    "minicpm3 minimax minimax_m2 minimax_m3_vl ministral ministral3 mistral mistral4 "
+    "mistral_large4 mixtral mllama_text_model modernbert modernbert-decoder molmo2 moonshine "
+    "moonshine_streaming moshi muse_glimmer muse_glimmer_assistant muse_spark nanochat nemotron "
+    "neomme neucodec nomic_bert olmo olmo2 olmo3 olmo_hybrid olmoe openai_privacy_filter "
+    "paddleocr_vl persimmon phi phi3 phi4_multimodal phimoe pocket_tts qwen2 qwen2_5_omni "
+    "qwen2_5_vl qwen2_moe qwen2_vl qwen3 qwen3_5 qwen3_5_moe qwen3_moe qwen3_next qwen3_vl "
+    "qwen3_vl_moe qwen4_exp recurrent_gemma seed_oss smollm3 solar_open stablelm starcoder2 "
+    "step3p5 t5_gemma_module t5gemma2 timesfm2_5 ultrabert unlimited_ocr vaultgemma "
+    "voxtral_realtime xcodec2 youtu zamba2 zaya ".split()
+)
 #: Every family rotary.hf knows: those with a rule above, and the plain Llama-style ones.
 _KNOWN = frozenset(
     {
@@ -173,9 +288,50 @@ _KNOWN = frozenset(
         "internlm2",
     }
 ).union(
-    _PARTIAL, _INTERLEAVED, _BACKWARDS, _DEEPSEEK, _PER_TYPE, _MROPE, DEFAULT_THETA, *_MODEL_KEYS.values()
+    _PARTIAL,
+    _INTERLEAVED,
+    _INTERLEAVE_FLAG,
+    _BACKWARDS,
+    _PER_TYPE,
+    _MROPE,
+    DEFAULT_THETA,
+    *_MODEL_KEYS.values(),
+    _QUERY_SCALE_BETA,
+    _CENSUS_MATCHED,
 )
 
+#: transformers' ``attribute_map`` of the config classes (the names a config stores its sizes
+#: under: ``getattr(config, "head_dim")`` reads ``kv_channels`` for JetMoE), for the keys RoPE
+#: needs; ``tests/test_hf_census.py`` checks it against the installed config classes.
+_ATTRIBUTE_MAP: dict[str, dict[str, str]] = {
+    "bailing_hybrid": {"max_position_embeddings": "model_max_length"},
+    "codegen": {
+        "max_position_embeddings": "n_positions",
+        "hidden_size": "n_embd",
+        "num_attention_heads": "n_head",
+        "num_hidden_layers": "n_layer",
+    },
+    "dbrx": {
+        "num_attention_heads": "n_heads",
+        "hidden_size": "d_model",
+        "num_hidden_layers": "n_layers",
+        "max_position_embeddings": "max_seq_len",
+    },
+    "glm4_moe_lite": {"head_dim": "qk_rope_head_dim"},
+    "gptj": {
+        "max_position_embeddings": "n_positions",
+        "hidden_size": "n_embd",
+        "num_attention_heads": "n_head",
+        "num_hidden_layers": "n_layer",
+    },
+    "jetmoe": {"head_dim": "kv_channels"},
+    "moonshine": {
+        "num_attention_heads": "decoder_num_attention_heads",
+        "num_hidden_layers": "decoder_num_hidden_layers",
+    },
+    "zamba2": {"head_dim": "attention_head_dim"},
+}
+#: Names of the same size in configs of no known family (published configs of remote-code models).
 _ALIASES = {
     "hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model"),
     "num_attention_heads": ("num_attention_heads", "n_head", "num_heads"),
@@ -259,7 +415,8 @@ class _Cfg:
             )
 
     def get(self, name: str, default: Any = None) -> Any:
-        for key in _ALIASES.get(name, (name,)):
+        mapped = _ATTRIBUTE_MAP.get(self.family or "", {}).get(name)
+        for key in ((mapped,) if mapped else ()) + _ALIASES.get(name, (name,)):
             val = self.d.get(key)
             if val is not None:
                 return val
@@ -303,12 +460,35 @@ class _Cfg:
         n = self.get(name)
         return None if n is None else v.check_int(n, name, minimum=1)
 
+    def mla(self, index: int | None) -> tuple[int, int] | None:
+        """``(qk_nope_head_dim, qk_rope_head_dim)`` of layer ``index`` in a multi-head latent
+        attention config (one with ``qk_rope_head_dim``; ``per_layer_config`` may override both),
+        else ``None``.  Its attention splits each query head into ``q_nope`` then ``q_rot`` and
+        rotates ``q_rot`` and the shared ``k_rot``: RoPE's head is ``qk_rope_head_dim`` wide."""
+        o = self._layer_override(index)
+        rope = o.get("qk_rope_head_dim", self.get("qk_rope_head_dim"))
+        if rope is None:
+            return None
+        nope = o.get("qk_nope_head_dim", self.get("qk_nope_head_dim"))
+        if nope is None:  # DeepSeek-V4: heads of head_dim features, [nope | rope]
+            full = o.get("head_dim", self.get("head_dim"))
+            nope = (
+                0
+                if full is None
+                else v.check_int(full, "head_dim", minimum=1) - v.check_int(rope, "qk_rope_head_dim")
+            )
+        return (
+            v.check_int(nope, "qk_nope_head_dim", minimum=0),
+            v.check_head_dim(rope, "qk_rope_head_dim"),
+        )
+
     def head_dim(self, layer_type: str | None, index: int | None) -> int:
+        """The width RoPE's head has: ``qk_rope_head_dim`` in MLA, else :meth:`full_head_dim`."""
+        mla = self.mla(index)
+        return self.full_head_dim(layer_type, index) if mla is None else mla[1]
+
+    def full_head_dim(self, layer_type: str | None, index: int | None) -> int:
         fam = self.family
-        if fam in _DEEPSEEK and self.has("qk_rope_head_dim"):
-            # MLA: RoPE rotates the qk_rope_head_dim features of each head (transformers sets
-            # head_dim = qk_rope_head_dim).
-            return v.check_head_dim(self.get("qk_rope_head_dim"), "qk_rope_head_dim")
         if fam == "chatglm" and self.has("kv_channels"):
             return v.check_head_dim(self.get("kv_channels"), "kv_channels")
         override = self._layer_override(index).get("head_dim")
@@ -357,7 +537,7 @@ class _Cfg:
     def uses_rope(self) -> tuple[bool, ...] | None:
         """Llama 4 / SmolLM3 ``no_rope_layers`` (1: the layer uses RoPE, 0: NoPE)."""
         n = self.count("num_hidden_layers")
-        if n is None or self.family not in ("llama4", "smollm3"):
+        if n is None or self.family not in _NOPE_LAYERS:
             return None
         flags = self.d.get("no_rope_layers")
         # transformers: Llama 4 rebuilds an empty list, SmolLM3 only a missing one.
@@ -393,7 +573,7 @@ class _Cfg:
                 self.get("global_attn_every_n_layers", 3), "global_attn_every_n_layers", minimum=1
             )
             return tuple("sliding_attention" if i % every else "full_attention" for i in range(n))
-        elif (rope := self.uses_rope) is None:
+        elif (rope := self.uses_rope) is None or fam not in ("llama4", "smollm3"):
             return None
         elif fam == "llama4":
             return tuple("chunked_attention" if r else "full_attention" for r in rope)
@@ -439,7 +619,10 @@ class _Cfg:
         if rp is not None and any(isinstance(val, Mapping) for val in rp.values()):
             if layer_type is None:
                 raise _pass_layer_type([k for k, val in rp.items() if isinstance(val, Mapping)])
+            layer_type = _ROPE_KEYS.get(fam or "", {}).get(layer_type, layer_type)
             if layer_type not in rp:
+                if layer_type in (self.layer_types or ()):
+                    return None  # a layer type the config gives no RoPE parameters: no RoPE there
                 raise ValueError(
                     f"layer_type must be one of {list(rp)} (the config's rope_parameters), got {layer_type!r}"
                 )
@@ -574,11 +757,42 @@ def _flat(
                     f"config gives partial_rotary_factor={prf!r} and {key}={alt!r}; they must agree"
                 )
             prf = alt
+    rd = cfg.get("rotary_dim") if fam in ("minimax_m2", "minimax_m3_vl") else None
+    if rd is not None:
+        rd = v.check_int(rd, "rotary_dim", minimum=1)
+        full = cfg.full_head_dim(layer_type, index)
+        if fam == "minimax_m2" and prf is None:
+            # MiniMaxM2Config.convert_rope_params_to_dict: the released checkpoints' rotary_dim
+            # is the default partial_rotary_factor (rotary_dim / head_dim)
+            prf = rd / full
+        elif fam == "minimax_m3_vl" and rd != (rotated := int(full * (1.0 if prf is None else float(prf)))):
+            warnings.warn(
+                f"MiniMax-M3-VL config has rotary_dim={rd}, which transformers' attention ignores: it "
+                f"rotates head_dim * partial_rotary_factor = {rotated} "
+                "features, and rotary.hf follows transformers. Set partial_rotary_factor = rotary_dim / "
+                "head_dim if the checkpoint rotates rotary_dim features",
+                UserWarning,
+                stacklevel=5,
+            )
     if prf is None:
         prf = _DEFAULT_PRF.get(fam or "", 1.0)
     prf = v.check_float(prf, "partial_rotary_factor", above=0.0)
     if prf > 1.0:
         raise ValueError(f"partial_rotary_factor must be in (0, 1], got {prf}")
+    mla = cfg.mla(index)
+    if mla is not None and prf != 1.0:
+        # transformers sizes the rotary embedding head_dim * partial_rotary_factor; an MLA config
+        # with a factor gives head_dim as the whole q/k head (Mistral 4, Dots 3), and the product
+        # must be qk_rope_head_dim, the features the attention rotates.
+        given = cfg.has("head_dim") or "head_dim" in cfg._layer_override(index)
+        full = cfg.full_head_dim(layer_type, index) if given else sum(mla)
+        if int(full * prf) != mla[1]:
+            raise ValueError(
+                f"partial_rotary_factor={prf} with qk_rope_head_dim={mla[1]}: the factor of an MLA config "
+                f"must be qk_rope_head_dim / head_dim (head_dim={full}), the fraction of the q/k head that "
+                "the attention rotates"
+            )
+        prf = 1.0
     p["partial_rotary_factor"] = prf
     p["head_dim"] = cfg.head_dim(layer_type, index)
     max_pos = cfg.count("max_position_embeddings")
@@ -605,7 +819,7 @@ def _layout(cfg: _Cfg) -> Layout:
     fam = cfg.family
     if fam in _INTERLEAVED:
         return "interleaved"
-    if fam == "deepseek_v3":
+    if fam in _INTERLEAVE_FLAG:
         flag = cfg.get("rope_interleave", True)
         return "interleaved" if v.check_bool(flag, "rope_interleave") else "half"
     return "half"
@@ -623,18 +837,24 @@ def _spec(cfg: _Cfg, p: dict[str, Any], angles: AngleMethod) -> LayerSpec:
             f"partial_rotary_factor={prf} but transformers' {cfg.model_type!r} attention rotates the whole "
             "head (it does not read partial_rotary_factor)"
         )
+    if fam in _DEFAULT_IGNORES_PRF and prf != 1.0 and kind == "default":
+        raise ValueError(
+            f"partial_rotary_factor={prf} on a 'default' RoPE, which transformers' {cfg.model_type!r} "
+            "rotary embedding builds over the whole head (only its 'proportional' layers read the factor)"
+        )
     scaling: Scaling | None
-    if fam == "gptj":
+    if fam in _GPTJ:
         rd = cfg.d.get("rotary_dim", 64)
         if rd is None:
             raise ValueError(
-                "GPT-J config has rotary_dim=null (a rotation of the whole hidden size), unsupported"
+                f"{cfg.model_type!r} config has rotary_dim=null (a rotation of the whole hidden size), "
+                "unsupported"
             )
         rotary_dim = v.check_int(rd, "rotary_dim", even=True)
         if kind != "default" or base != 10000.0:
             raise ValueError(
-                "GPT-J's rotary embedding is fixed (base 10000, no scaling); transformers ignores "
-                f"rope_theta/rope_scaling, got rope_type={kind!r}, rope_theta={base!r}"
+                f"{cfg.model_type!r}'s rotary embedding is fixed (base 10000, no scaling); transformers "
+                f"ignores rope_theta/rope_scaling, got rope_type={kind!r}, rope_theta={base!r}"
             )
     elif fam == "chatglm":
         rotary_dim = head_dim // 2
@@ -662,6 +882,8 @@ def _spec(cfg: _Cfg, p: dict[str, Any], angles: AngleMethod) -> LayerSpec:
         factor = v.check_float(1.0 if factor is None else factor, "proportional factor", above=0.0)
         scaling = None if factor == 1.0 else Linear(factor)
     else:
+        if fam in _QUERY_SCALE_BETA:  # a query scale of the attention, not RoPE's (see _attention)
+            p = {k: val for k, val in p.items() if k != "llama_4_scaling_beta"}
         scaling = from_dict(
             p,
             max_position_embeddings=p["max_position_embeddings"],
@@ -748,10 +970,26 @@ def _attention(cfg: _Cfg) -> dict[str, Any]:
         out[key] = val
     if cfg.family == "gpt_oss":
         out["attention_sinks"] = True
-    if cfg.family in _DEEPSEEK:
+    if out.get("attn_temperature_tuning"):  # Llama 4's config defaults
+        out.setdefault("floor_scale", 8192)
+        out.setdefault("attn_scale", 0.1)
+    if cfg.family in _QUERY_SCALE_BETA and not cfg.nested_types():
+        p = cfg.raw_params(None) or {}
+        beta = p.get("llama_4_scaling_beta")
+        if beta is not None:
+            length = p.get("original_max_position_embeddings")
+            if length is None:
+                raise ValueError(
+                    "rope_parameters has llama_4_scaling_beta but no original_max_position_embeddings, "
+                    "the length its query scale steps by"
+                )
+            out["llama_4_scaling_beta"] = v.check_float(beta, "llama_4_scaling_beta")
+            out["llama_4_scaling_length"] = v.check_int(length, "original_max_position_embeddings", minimum=1)
+    if cfg.mla(None) is not None and cfg.family not in _NO_MLA_MSCALE and not cfg.nested_types():
+        # transformers' yarn_apply_mscale: a scaled MLA RoPE with mscale_all_dim scales the softmax
         p = cfg.raw_params(None) or {}
         mad = p.get("mscale_all_dim")
-        if mad and p.get("factor"):
+        if mad and p.get("factor") and _kind(p, cfg.family) != "default":
             f = float(p["factor"])
             m = 1.0 if f <= 1 else 0.1 * float(mad) * math.log(f) + 1.0
             out["softmax_scale_multiplier"] = m * m
@@ -783,12 +1021,25 @@ def model_spec(config: Any, *, angles: AngleMethod = "exact") -> ModelSpec:
                 cache[key] = _layer_spec(cfg, lt, i, angles)
             layers.append(cache[key])
     rope_slice = None
-    if cfg.family in _DEEPSEEK and cfg.has("qk_rope_head_dim"):
-        nope = v.check_int(cfg.get("qk_nope_head_dim", 0), "qk_nope_head_dim", minimum=0)
-        rope_slice = (nope, nope + cfg.head_dim(None, None))
+    slices = {m for m in (cfg.mla(i) for i in range(n or 1)) if m is not None}
+    if len(slices) == 1:
+        nope, rope = slices.pop()
+        rope_slice = (nope, nope + rope)
         notes.append(
-            f"RoPE rotates features {nope}:{rope_slice[1]} of each query head (q_pe after q_nope) and the "
+            f"RoPE rotates features {nope}:{nope + rope} of each query head (q_pe after q_nope) and the "
             "shared qk_rope_head_dim key features (MLA)"
+        )
+    elif slices:  # per_layer_config gives layers different MLA splits
+        first = {m: i for i in reversed(range(n or 1)) if (m := cfg.mla(i)) is not None}
+        for (nope, rope), i in sorted(first.items(), key=lambda x: x[1]):
+            notes.append(
+                f"layers like {i} (MLA): RoPE rotates features {nope}:{nope + rope} of each query head "
+                "and the shared qk_rope_head_dim key features"
+            )
+    if cfg.family == "deepseek_v4":
+        notes.append(
+            "DeepSeek-V4 also rotates the RoPE features of each attention output by -position "
+            "(DeepseekV4Attention), and its compressors rotate compressed entries at their window positions"
         )
     if uses is not None and not all(uses):
         notes.append(f"layers {[i for i, u in enumerate(uses) if not u]} have no RoPE (no_rope_layers)")
@@ -854,11 +1105,11 @@ def mrope_index_options(config: Any) -> dict[str, Any]:
     text = d.get("text_config")
     mt = d.get("model_type")
     fam = _family(mt)
-    if fam not in _MROPE and text is not None:
+    if fam not in _QWEN_VL and text is not None:
         fam = _family(_as_dict(text, "text_config").get("model_type"))
-    if fam not in _MROPE:
+    if fam not in _QWEN_VL:
         raise ValueError(
-            f"M-RoPE position ids follow Qwen-VL models {sorted(_MROPE)}; config has model_type {mt!r}"
+            f"M-RoPE position ids follow Qwen-VL models {sorted(_QWEN_VL)}; config has model_type {mt!r}"
         )
     vision = d.get("vision_config")
     vision = {} if vision is None else _as_dict(vision, "vision_config")

@@ -5,10 +5,13 @@ checkpoint folder) all work.  Which families: the census (:doc:`/guides/hf_censu
 ``tests/hf_census.py`` from the installed ``transformers``) lists every model type with a RoPE
 module, per layer type, as matching bit for bit, refused (with the reason), or not compared.
 What is read: the pair layout
-(interleaved for GPT-J, Cohere, GLM/ChatGLM, Llama 4, DeepSeek), the rotated width (partial
-factors, GPT-J ``rotary_dim``, GPT-NeoX ``rotary_pct``, DeepSeek ``qk_rope_head_dim``), base,
-scaling and attention factor, per layer where layers differ (Gemma 2/3/4, ModernBERT, Llama 4
-and SmolLM3 NoPE layers, Cohere 2), and M-RoPE for Qwen2-VL / Qwen2.5-VL / Qwen3-VL.
+(interleaved for GPT-J, Cohere, GLM/ChatGLM, Llama 4, DeepSeek...), the rotated width (partial
+factors, GPT-J ``rotary_dim``, GPT-NeoX ``rotary_pct``, MLA's ``qk_rope_head_dim`` in every
+family that has it), base, scaling and attention factor, per layer where layers differ (layer
+types, ``per_layer_config``, NoPE layers), the sizes under the names a config class stores them
+(transformers' ``attribute_map``: JetMoE ``kv_channels``, DBRX ``d_model``...), M-RoPE for
+Qwen2-VL / Qwen2.5-VL / Qwen3-VL and HunYuan-v4-VL, and the position-dependent query scales
+(:meth:`ModelRope.query_scale`).
 
 ==========================  ==========================================================
 :func:`from_hf`             the :class:`~rotary.RoPE` (of one layer type where they differ)
@@ -35,8 +38,12 @@ GPT-NeoX / Pythia                      ``rotary_pct``, ``rotary_emb_base``
 GPT-J                                  ``rotary_dim``; interleaved; base fixed at 10000
 Cohere, Cohere 2                       interleaved; Cohere 2's global layers have no RoPE
 GLM-4, ChatGLM (remote code)           interleaved; ChatGLM ``kv_channels``, ``rope_ratio``
-DeepSeek-V2 / V3                       ``qk_rope_head_dim`` (:attr:`ModelRope.rope_slice`),
-                                       ``rope_interleave`` (V3, default true; V2 always)
+DeepSeek-V2/V3/V3.2/V4, MiniCPM3,      multi-head latent attention: ``qk_rope_head_dim``
+GLM-4.7-lite, GLM-5 DSA, Mistral 4,    (:attr:`ModelRope.rope_slice`), ``rope_interleave``
+Mistral Large 4, LongCat-Flash,        where the attention reads it (default true), YaRN's
+Youtu, HunYuan v4, AXK, Bailing        ``mscale_all_dim`` softmax scale; DeepSeek-V4's
+                                       ``main``/``compress`` RoPEs per layer type
+Ministral 3, Mistral 4                 ``llama_4_scaling_beta`` (:meth:`ModelRope.query_scale`)
 Llama 4                                interleaved; ``no_rope_layers``; attention settings reported
 SmolLM3                                ``no_rope_layers``
 Gemma 2 / 3 / 4, ModernBERT            layer types; Gemma 3 ``rope_local_base_freq``, Gemma 4
@@ -55,10 +62,12 @@ factors above, GPT-OSS's YaRN, Gemma 4's layer parameters...).  Errors, each nam
   ``finetuned`` or Phi-3-small's ``long_mscale`` either means nothing or changes the attention
   factor, so it is refused rather than guessed;
 * a top-level key that changes RoPE in some family but is not read for this ``model_type``
-  (``rotary_pct`` in a Llama config, ``qk_rope_head_dim`` without a DeepSeek ``model_type``,
+  (``rotary_pct`` in a Llama config, ``rope_interleave`` where the attention does not read it,
   Qwen-1's ``use_dynamic_ntk``...), ``alibi: true``, a non-rotary ``position_embedding_type``;
   other top-level keys (vocabulary, MLP, norms...) are not RoPE's and are ignored;
-* ``partial_rotary_factor`` below 1 for a family whose attention rotates the whole head;
+* ``partial_rotary_factor`` below 1 where transformers' attention rotates the whole head (the
+  census checks the table of the attentions that read it: ``partial_probe``), or, in MLA, other
+  than ``qk_rope_head_dim / head_dim``;
 * ``rope_parameters`` and ``rope_scaling`` both given and describing different RoPEs
   (``transformers`` would silently keep ``rope_scaling``).
 
@@ -170,8 +179,11 @@ class ModelRope:
         queries by ``1 + attn_scale * log1p(floor((pos + 1) / floor_scale))``),
         ``use_qk_norm``, ``query_pre_attn_scalar``, ``attn_logit_softcapping``,
         ``attention_multiplier`` (Granite), ``local_attention`` (ModernBERT),
-        ``attention_sinks`` (GPT-OSS), ``softmax_scale_multiplier`` (DeepSeek YaRN: the
-        softmax scale is multiplied by ``mscale(factor, mscale_all_dim)**2``).
+        ``attention_sinks`` (GPT-OSS), ``softmax_scale_multiplier`` (MLA with YaRN: the
+        softmax scale is multiplied by ``mscale(factor, mscale_all_dim)**2``),
+        ``llama_4_scaling_beta``/``llama_4_scaling_length`` (Ministral 3, Mistral 4: queries
+        scaled by ``1 + beta * log(1 + floor(pos / length))`` after RoPE).  The query scales
+        are computed by :meth:`query_scale`.
     rope_slice : (int, int) or None
         The features of each query/key head that RoPE rotates when they are not the first
         ones (DeepSeek MLA: the last ``qk_rope_head_dim``); ``None``: as the RoPE says.
@@ -194,6 +206,48 @@ class ModelRope:
     attention: Mapping[str, Any]
     rope_slice: tuple[int, int] | None
     notes: tuple[str, ...]
+
+    def query_scale(self, layer_index: int, positions: Array) -> Array | None:
+        """The factor that layer ``layer_index`` multiplies its queries by at ``positions``, a
+        float32 array of their shape, or ``None`` where the layer scales none.
+
+        A position-dependent attention temperature, not a rotation: multiply the queries (after
+        RoPE) by it, broadcast over heads and features, cast to the queries' dtype, as
+        ``transformers`` does.  Two models have one:
+
+        * Ministral 3 and Mistral 4 (``rope_parameters["llama_4_scaling_beta"]``), every layer:
+          ``1 + beta * log(1 + floor(pos / original_max_position_embeddings))``;
+        * Llama 4 with ``attn_temperature_tuning``, its layers without RoPE:
+          ``1 + attn_scale * log1p(floor((pos + 1) / floor_scale))``.
+
+        Computed in float32 as ``transformers`` computes it (bit for bit on torch).
+
+        Examples
+        --------
+        >>> import numpy as np, rotary
+        >>> m = rotary.hf.model_rope({"model_type": "ministral3", "head_dim": 8, "num_hidden_layers": 2,
+        ...     "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "llama_4_scaling_beta": 0.1,
+        ...                         "original_max_position_embeddings": 4}})
+        >>> m.query_scale(0, np.arange(0, 12, 3))
+        array([1.       , 1.       , 1.0693147, 1.1098613], dtype=float32)
+        """
+        xp = array_namespace(positions)
+        if not (v.is_integral(positions.dtype) or xp.isdtype(positions.dtype, "real floating")):
+            raise TypeError(f"positions must be an integer or real floating array, got {positions.dtype}")
+        i = v.check_int(layer_index, "layer_index", minimum=0)
+        if self.layers and i >= len(self.layers):
+            raise ValueError(f"layer_index must be < num_hidden_layers={len(self.layers)}, got {i}")
+        a = self.attention
+        pos = xp.astype(positions, xp.float32)
+        beta = a.get("llama_4_scaling_beta")
+        if beta is not None:
+            return 1.0 + beta * xp.log(1.0 + xp.floor(pos / a["llama_4_scaling_length"]))
+        if a.get("attn_temperature_tuning"):
+            if not self.layers:
+                raise ValueError("config has no num_hidden_layers: which layers lack RoPE is unknown")
+            if self.layers[i] is None:
+                return xp.log1p(xp.floor((pos + 1.0) / a["floor_scale"])) * a["attn_scale"] + 1.0
+        return None
 
 
 def model_rope(config: Any, *, angles: AngleMethod = "exact") -> ModelRope:

@@ -6,9 +6,11 @@ type, the module's own cos/sin at positions ``arange(32) * 37`` and, through the
 own ``apply_rotary_pos_emb``, random q/k rotated by them, against ``from_hf(config,
 angles="float32")`` on the same q/k: bit for bit.
 
-Each (model type, layer type) pair gets a status: ``match``, ``wrong`` (a number differs: never
-allowed), ``refused`` (``from_hf`` raised), or ``skipped`` with the reason the census cannot
-compare it (not a text RoPE, a module it cannot call in the standard way...).  ``python
+Each (model type, layer type) pair gets a status: ``match``, ``no rope`` (a layer type both
+say has no RoPE), ``wrong`` (a number differs: never allowed), ``refused`` (``from_hf`` raised),
+or ``skipped`` with the reason the census cannot compare it (not a text RoPE, a module it cannot
+call in the standard way...).  ``partial_probe`` runs every matching model type again with its
+``partial_rotary_factor`` halved: the table of attentions that read it must be complete.  ``python
 tests/hf_census.py`` prints the table.
 """
 
@@ -19,105 +21,93 @@ import inspect
 import os
 import re
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 N = 32
 #: The transformers release the table below was taken from (``.ci/constraints.txt`` pins it).
 CHECKED_AGAINST = "5.24.0"
 
+#: Config values the census gives where a default config is not one a checkpoint can have, with
+#: why: GLM-4-MoE's defaults (hidden_size 4096, 96 heads, no head_dim) make a 42.67-wide head
+#: (GLM-4.5's published config.json has head_dim 128); ESM's default has no RoPE.
+OVERRIDES: dict[str, dict[str, Any]] = {
+    "glm4_moe": {"head_dim": 128},
+    # ESM's default is absolute positions; ESM-2 checkpoints set position_embedding_type="rotary"
+    "esm": {"position_embedding_type": "rotary"},
+}
+
+#: The ``rope_parameters`` key the module is called with per layer type, where a modeling file
+#: keys them by RoPE label (DeepseekV4Attention: sliding layers "main", compressed ones "compress").
+ROPE_KEYS: dict[str, dict[str, str]] = {
+    "deepseek_v4": {
+        "sliding_attention": "main",
+        "compressed_sparse_attention": "compress",
+        "heavily_compressed_attention": "compress",
+    }
+}
+
 #: Every (model type, layer type) pair that does not match, with why.  ``"not yet supported"``
 #: and ``"census gap"`` entries are open work (issue 24); a pair that starts to match must leave
 #: the table, and a new pair that does not match must enter it with a reason.
 EXPECTED: dict[str, tuple[str, str]] = {
-    "axk1/-": ("refused", "not yet supported: MLA (qk_rope_head_dim) outside DeepSeek-V2/V3"),
-    "axk2/-": ("refused", "not yet supported: MLA (qk_rope_head_dim) outside DeepSeek-V2/V3"),
-    "bailing_hybrid/-": ("refused", "not yet supported: MLA (qk_rope_head_dim) outside DeepSeek-V2/V3"),
-    "beam/full_attention": ("skipped", "census gap: the module does not take (x, position_ids) (KeyError)"),
     "blt/-": ("skipped", "census gap: the module does not take (x, position_ids) (AttributeError)"),
-    "codegen/-": ("refused", "not yet supported: a model-level rotary_dim outside GPT-J"),
     "cohere_compass/full_attention": (
         "skipped",
         "census gap: the module does not take (x, position_ids) (KeyError)",
     ),
-    "dbrx/-": ("refused", "not yet supported: the head size is read under another name or rule"),
     "deepseek_v2/-": (
         "skipped",
         "census gap: the module returns complex frequencies (its attention applies them itself)",
     ),
-    "deepseek_v32/-": ("refused", "not yet supported: MLA (qk_rope_head_dim) outside DeepSeek-V2/V3"),
-    "deepseek_v4/compressed_sparse_attention": (
-        "skipped",
-        "census gap: the module does not take (x, position_ids) (KeyError)",
-    ),
-    "deepseek_v4/heavily_compressed_attention": (
-        "skipped",
-        "census gap: the module does not take (x, position_ids) (KeyError)",
-    ),
-    "dots3_note/indexed_attention": (
-        "refused",
-        "not yet supported: MLA (qk_rope_head_dim) outside DeepSeek-V2/V3",
-    ),
-    "dots3_note/sliding_attention": (
-        "refused",
-        "not yet supported: MLA (qk_rope_head_dim) outside DeepSeek-V2/V3",
-    ),
     "edgetam_video/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
-    "efficientloftr/-": ("skipped", "census gap: the module does not take (x, position_ids) (TypeError)"),
-    "eomt_dinov3/-": ("skipped", "census gap: the module does not take (x, position_ids) (TypeError)"),
+    "efficientloftr/-": (
+        "skipped",
+        "not a text RoPE (EfficientLoFTRRotaryEmbedding takes (x), not position ids)",
+    ),
+    "eomt_dinov3/-": (
+        "skipped",
+        "not a text RoPE (EomtDinov3RotaryEmbedding takes (pixel_values), not position ids)",
+    ),
     "ernie4_5_vl_moe/-": (
         "refused",
         "not yet supported: multimodal RoPE beyond Qwen-VL (refused, never read as a plain RoPE)",
     ),
-    "esm/-": ("refused", "the default config uses absolute positions (position_embedding_type='absolute')"),
     "esmfold2/-": ("skipped", "census gap: EsmFold2RotaryEmbedding takes no config"),
     "exaone4_5/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
-    "glm4_moe/-": ("refused", "not yet supported: the head size is read under another name or rule"),
-    "glm4_moe_lite/-": ("refused", "not yet supported: MLA (qk_rope_head_dim) outside DeepSeek-V2/V3"),
     "glm4v/-": ("skipped", "census gap: the module does not take (x, position_ids) (RuntimeError)"),
     "glm4v_moe/-": ("skipped", "census gap: the module does not take (x, position_ids) (RuntimeError)"),
     "glm5_next/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "glm_image/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
-    "glm_moe_dsa/-": ("refused", "not yet supported: MLA (qk_rope_head_dim) outside DeepSeek-V2/V3"),
     "glm_ocr/-": (
         "refused",
         "not yet supported: multimodal RoPE beyond Qwen-VL (refused, never read as a plain RoPE)",
     ),
-    "gptj/-": ("skipped", "census gap: no standard apply_rotary_pos_emb(q, k, cos, sin) to compare through"),
+    "glmasr/-": ("skipped", "not a text RoPE (built by GlmAsrEncoder for its GlmAsrEncoderConfig)"),
     "granite4_vision/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "higgs_audio_v2/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "hunyuan_vl/-": ("skipped", "census gap: the module does not take (x, position_ids) (TypeError)"),
-    "hy_v4/-": ("refused", "not yet supported: MLA (qk_rope_head_dim) outside DeepSeek-V2/V3"),
-    "hy_v4_vl/-": ("refused", "not yet supported: MLA (qk_rope_head_dim) outside DeepSeek-V2/V3"),
     "inkling2/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
-    "jetmoe/-": ("refused", "not yet supported: kv_channels as the head size outside ChatGLM"),
     "kimi_k25/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "kyutai_speech_to_text/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "lasr/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
-    "lfm3/conv": ("skipped", "census gap: the module does not take (x, position_ids) (KeyError)"),
     "lfm3_vl/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "llama4/-": (
         "skipped",
         "census gap: the module returns complex frequencies (its attention applies them itself)",
     ),
-    "longcat_flash/-": ("refused", "not yet supported: MLA (qk_rope_head_dim) outside DeepSeek-V2/V3"),
-    "minicpm3/-": ("refused", "not yet supported: MLA (qk_rope_head_dim) outside DeepSeek-V2/V3"),
-    "minimax_m3_vl/-": ("refused", "not yet supported: a model-level rotary_dim outside GPT-J"),
-    "ministral3/-": (
-        "refused",
-        "not yet supported: llama_4_scaling_beta (Ministral 3's attention temperature)",
+    "mlcd/-": ("skipped", "not a text RoPE (MLCDRotaryEmbedding takes a MLCDVisionConfig)"),
+    "musicflamingo/-": (
+        "skipped",
+        "not a text RoPE (MusicFlamingoRotaryEmbedding takes (timestamps, seq_len), not position ids)",
     ),
-    "mistral4/-": ("refused", "not yet supported: MLA (qk_rope_head_dim) outside DeepSeek-V2/V3"),
-    "mistral_large4/-": ("refused", "not yet supported: MLA (qk_rope_head_dim) outside DeepSeek-V2/V3"),
-    "mlcd/-": ("refused", "not yet supported: rope_type 'axial' (MLCD) through from_hf"),
-    "moonshine/-": ("refused", "not yet supported: the head size is read under another name or rule"),
-    "musicflamingo/-": ("skipped", "census gap: the module does not take (x, position_ids) (AttributeError)"),
     "nemotron3_5_transcribe/-": (
-        "refused",
-        "not yet supported: partial rotary of this audio model's attention",
+        "skipped",
+        "not a text RoPE (Nemotron3_5TranscribeRotaryEmbedding takes a Nemotron3_5TranscribeAsrAudioConfig)",
     ),
     "nemotron3_diarization/-": (
         "skipped",
-        "census gap: the module does not take (x, position_ids) (AttributeError)",
+        "not a text RoPE (built by Nemotron3DiarizationAudioModel for its Nemotron3DiarizationAudioConfig)",
     ),
     "pe_audio/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "pe_audio_video/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
@@ -129,14 +119,12 @@ EXPECTED: dict[str, tuple[str, str]] = {
         "not yet supported: multimodal RoPE beyond Qwen-VL (refused, never read as a plain RoPE)",
     ),
     "sam2_video/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
-    "sam3/-": ("refused", "not yet supported: rope_type 'axial' (MLCD) through from_hf"),
+    "sam3/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "sam3_tracker_video/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "video_llama_3/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
-    "youtu/-": ("refused", "not yet supported: MLA (qk_rope_head_dim) outside DeepSeek-V2/V3"),
-    "zamba2/-": ("refused", "not yet supported: kv_channels as the head size outside ChatGLM"),
 }
 
-VISION = re.compile(r"Vision|Audio|Speech|Image|Video|Encoder|Visual|Patch|Depth")
+VISION = re.compile(r"Vision|Audio|Speech|Image|Video|Encoder|Visual|Patch|Depth|ViT")
 
 
 def _text_config(cfg: Any) -> Any:
@@ -175,22 +163,61 @@ def _config_class(mod: Any, cls: Any) -> Any:
     return getattr(mod, a.split("|")[0].strip(), None) if isinstance(a, str) else a
 
 
+def _mla_mode(mod: Any) -> str | None:
+    """How the modeling file's multi-head latent attention (the class whose forward splits
+    ``compressed_kv`` into the latent and ``qk_rope_head_dim`` parts) rotates ``q_rot``/``k_rot``,
+    read from its source: ``"flag"`` (``apply_rotary_pos_emb_interleave`` when
+    ``config.rope_interleave``), ``"interleave"`` (always), ``"plain"`` (``apply_rotary_pos_emb``);
+    ``None``: no such attention."""
+    for obj in vars(mod).values():
+        if not (inspect.isclass(obj) and obj.__module__ == mod.__name__ and "forward" in vars(obj)):
+            continue
+        src = inspect.getsource(obj.forward)
+        if "compressed_kv" not in src or "qk_rope_head_dim" not in src:
+            continue
+        if "rope_interleave" in src:
+            return "flag"
+        return "interleave" if "apply_rotary_pos_emb_interleave(" in src else "plain"
+    return None
+
+
+def _uses_interleave(mod: Any, cfg: Any) -> bool:
+    """Whether the attention calls ``apply_rotary_pos_emb_interleave`` (DeepSeek-V3 style: reads
+    interleaved pairs and writes them in the half layout)."""
+    if getattr(mod, "apply_rotary_pos_emb_interleave", None) is None:
+        return False
+    mode = _mla_mode(mod)
+    if mode is None:  # no MLA attention: the config flag alone decides, as DeepSeek-V3's does
+        return bool(getattr(cfg, "rope_interleave", False))
+    return mode == "interleave" or (mode == "flag" and bool(getattr(cfg, "rope_interleave", True)))
+
+
 def _apply(mod: Any, cfg: Any, q: Any, k: Any, cos: Any, sin: Any) -> tuple[Any, Any] | None:
     """q and k rotated as the modeling file's attention rotates them: its apply_rotary_pos_emb
-    (the ``_interleave`` one where the config asks for it, as DeepSeek-V3's attention does), on
-    the first ``cos.shape[-1]`` features where the attention splits them off first (Phi,
-    StableLM, Persimmon)."""
+    (the ``_interleave`` one where the attention calls it, as DeepSeek-V3's does when
+    ``rope_interleave``), on the first ``cos.shape[-1]`` features where the attention splits
+    them off first (Phi, StableLM, Persimmon)."""
     import torch
 
     fn = getattr(mod, "apply_rotary_pos_emb", None)
-    inter = getattr(mod, "apply_rotary_pos_emb_interleave", None)
-    if inter is not None and getattr(cfg, "rope_interleave", False):
-        fn = inter
+    if _uses_interleave(mod, cfg):
+        fn = mod.apply_rotary_pos_emb_interleave
     if fn is None:
         return None
     params = list(inspect.signature(fn).parameters)
     if params[:3] == ["x", "cos", "sin"]:  # one tensor at a time (Gemma 3n, Gemma 4)
         return fn(q, cos, sin), fn(k, cos, sin)
+    if params[:3] == ["tensor", "sin", "cos"]:
+        # GPT-J, CodeGen: the module returns (sin, cos), one per pair; the attention rotates the
+        # first rotary_dim features of (batch, seq, heads, dim) tensors, one tensor at a time
+        sin, cos = cos, sin
+        r = 2 * sin.shape[-1]
+
+        def one(x: Any) -> Any:
+            xt = x.transpose(1, 2)
+            return torch.cat([fn(xt[..., :r], sin, cos), xt[..., r:]], dim=-1).transpose(1, 2)
+
+        return one(q), one(k)
     if params[:4] != ["q", "k", "cos", "sin"]:
         return None
     try:
@@ -203,91 +230,235 @@ def _apply(mod: Any, cfg: Any, q: Any, k: Any, cos: Any, sin: Any) -> tuple[Any,
         return torch.cat([qr, q[..., r:]], dim=-1), torch.cat([kr, k[..., r:]], dim=-1)
 
 
-def _deinterleaves(mod: Any, cfg: Any) -> bool:
-    """DeepSeek-V3's attention (``rope_interleave``) reads interleaved pairs and writes them in
-    the half layout (both q and k: the scores are the interleaved rotation's)."""
-    return getattr(mod, "apply_rotary_pos_emb_interleave", None) is not None and bool(
-        getattr(cfg, "rope_interleave", False)
+def _pairs_equal(theirs: Any, ours: Any) -> bool:
+    """transformers' cos (or sin) of every feature equals rotary's one per pair: concatenated
+    halves (``cat(c, c)``), repeated pairs, or one per pair."""
+    import torch
+
+    n = ours.shape[-1]
+    w = theirs.shape[-1]
+    if w == n:
+        return bool(torch.equal(theirs, ours))
+    if w != 2 * n:
+        return False
+    return bool(torch.equal(theirs[..., :n], ours) and torch.equal(theirs[..., n:], ours)) or bool(
+        torch.equal(theirs[..., ::2], ours) and torch.equal(theirs[..., 1::2], ours)
     )
+
+
+def _compare(mod: Any, cls: Any, cfg: Any, lt: str | None, gen: Any) -> tuple[str, str]:
+    """One (config, layer type): transformers' module and attention against ``from_hf``."""
+    import torch
+
+    import rotary
+
+    pos = torch.arange(N)[None] * 37
+    rp = getattr(cfg, "rope_parameters", None)
+    key = ROPE_KEYS.get(cfg.model_type, {}).get(lt or "", lt)
+    if lt is not None and isinstance(rp, dict) and any(isinstance(x, dict) for x in rp.values()):
+        if rp.get(key) is None:  # transformers has no RoPE for these layers: rotary must say so
+            try:
+                rotary.hf.from_hf(cfg, angles="float32", layer_type=lt)
+            except ValueError as e:
+                if "no RoPE" in str(e):
+                    return "no rope", ""
+                return "wrong", f"transformers has no RoPE here, rotary: {e}"
+            return "wrong", "transformers has no RoPE here, rotary gives one"
+    try:
+        emb = cls(cfg)
+        kw = {}
+        if lt is not None and "layer_type" in inspect.signature(emb.forward).parameters:
+            kw["layer_type"] = key
+        res = emb(torch.zeros(1, N, 8), pos, **kw)
+    except Exception as e:
+        return "skipped", f"the module does not take (x, position_ids) ({type(e).__name__})"
+    if not (isinstance(res, tuple) and len(res) == 2):
+        return "skipped", "the module returns complex frequencies, not (cos, sin)"
+    cos, sin = res
+    try:
+        rope = rotary.hf.from_hf(cfg, angles="float32", layer_type=lt)
+    except Exception as e:
+        return "refused", f"{type(e).__name__}: {str(e)[:140]}"
+    d = rope.head_dim
+    q = torch.randn(1, 2, N, d, generator=gen)
+    k = torch.randn(1, 2, N, d, generator=gen)
+    try:
+        want = _apply(mod, cfg, q, k, cos, sin)
+    except Exception as e:
+        return "wrong", f"apply_rotary_pos_emb fails on rotary's head_dim {d}: {e}"
+    if want is None:
+        return "skipped", "no standard apply_rotary_pos_emb(q, k, cos, sin) to compare through"
+    got = rope.apply(q, k, pos[0])
+    if _uses_interleave(mod, cfg):
+        got = tuple(rotary.convert_layout(x, "interleaved", "half") for x in got)
+    diff = max(float((a - b).abs().max()) for a, b in zip(got, want, strict=True))
+    if not all(torch.equal(a, b) for a, b in zip(got, want, strict=True)):
+        return "wrong", f"max |difference| {diff:.3g}"
+    c, s = rope.cos_sin(pos[0], dtype=torch.float32)
+    if "tensor" in inspect.signature(_apply_fn(mod, cfg)).parameters:
+        cos, sin = sin, cos  # GPT-J / CodeGen return (sin, cos)
+    if isinstance(rope.scaling, rotary.scaling.Backwards):
+        s = -s  # NanoChat: sin(theta) with a rotate_half of flipped signs is rotary's sin(-theta)
+    r = c.shape[-1]
+    if not (_pairs_equal(cos[0][..., : cos.shape[-1]], c) and _pairs_equal(sin[0], s)):
+        return "wrong", f"q and k match, cos/sin differ (widths {cos.shape[-1]} and {r} pairs)"
+    return "match", ""
+
+
+def _apply_fn(mod: Any, cfg: Any) -> Any:
+    return mod.apply_rotary_pos_emb_interleave if _uses_interleave(mod, cfg) else mod.apply_rotary_pos_emb
+
+
+def _layer_types(cls: Any, cfg: Any) -> list[str | None]:
+    if "layer_type" not in inspect.signature(cls.forward).parameters:
+        return [None]  # one RoPE for every layer that has attention
+    return sorted({t for t in (getattr(cfg, "layer_types", None) or []) if t is not None}) or [None]
+
+
+def _owner(mod: Any, clsname: str) -> str | None:
+    """The vision/audio class that builds ``clsname`` when only such classes build it (its
+    ``__init__`` takes a vision/audio/encoder config), else ``None``."""
+    owners = []
+    for obj in vars(mod).values():
+        if not (inspect.isclass(obj) and obj.__module__ == mod.__name__ and "__init__" in vars(obj)):
+            continue
+        try:
+            src = inspect.getsource(obj.__init__)
+        except (OSError, TypeError):  # a generated __init__ (dataclass configs)
+            continue
+        if f"{clsname}(" not in src:
+            continue
+        ann = inspect.signature(obj.__init__).parameters.get("config")
+        a = "" if ann is None else str(ann.annotation)
+        owners.append((obj.__name__, a))
+    if owners and all(VISION.search(a) for _, a in owners):
+        return ", ".join(f"{n} for its {a.split('.')[-1].strip(chr(39) + '>')}" for n, a in owners)
+    return None
+
+
+def _modules() -> Iterator[tuple[str, Any, Any, Any] | tuple[str, str]]:
+    """Per model type: ``(name, modeling module, RotaryEmbedding class, default text config)``, or
+    ``(name, reason)`` where there is none to compare."""
+    for name, modname, clsname in _families():
+        if not clsname:
+            yield name, "not a text RoPE (vision/audio modules only)"
+            continue
+        try:
+            mod = importlib.import_module(modname)
+        except Exception as e:  # pragma: no cover - an optional dependency of the model
+            yield name, f"modeling file does not import here ({type(e).__name__})"
+            continue
+        cls = getattr(mod, clsname)
+        cfg_cls = _config_class(mod, cls)
+        if cfg_cls is None:
+            yield name, f"{clsname} takes no config"
+            continue
+        if "position_ids" not in inspect.signature(cls.forward).parameters:
+            args = ", ".join(list(inspect.signature(cls.forward).parameters)[1:])
+            yield name, f"not a text RoPE ({clsname} takes ({args}), not position ids)"
+            continue
+        if VISION.search(cfg_cls.__name__):
+            yield name, f"not a text RoPE ({clsname} takes a {cfg_cls.__name__})"
+            continue
+        owner = _owner(mod, clsname)
+        if owner is not None:
+            yield name, f"not a text RoPE (built by {owner})"
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                cfg = _text_config(cfg_cls(**OVERRIDES.get(name, {})))
+            except Exception as e:
+                yield name, f"default config cannot be built ({type(e).__name__})"
+                continue
+        yield name, mod, cls, cfg
 
 
 def census() -> dict[str, tuple[str, str]]:
     """``{"model_type/layer_type": (status, detail)}``."""
-    import numpy as np
+    import torch
+
+    out: dict[str, tuple[str, str]] = {}
+    gen = torch.Generator().manual_seed(0)
+    for item in _modules():
+        if len(item) == 2:
+            out[f"{item[0]}/-"] = ("skipped", item[1])
+            continue
+        name, mod, cls, cfg = item
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for lt in _layer_types(cls, cfg):
+                out[f"{name}/{lt or '-'}"] = _compare(mod, cls, cfg, lt, gen)
+    return out
+
+
+def _honours(mod: Any, cls: Any, cfg: Any, probe: Any, lt: str | None, pos: Any) -> bool:
+    """Whether transformers rotates fewer features with ``probe`` than with ``cfg``: its module's
+    cos narrows and its attention runs on the narrower cos."""
+    import torch
+
+    import rotary
+
+    kw = (
+        {"layer_type": lt}
+        if lt is not None and "layer_type" in inspect.signature(cls.forward).parameters
+        else {}
+    )
+    d = rotary.hf.from_hf(cfg, angles="float32", layer_type=lt).head_dim
+    try:
+        before = cls(cfg)(torch.zeros(1, N, 8), pos, **kw)
+        cos, sin = cls(probe)(torch.zeros(1, N, 8), pos, **kw)
+        if cos.shape[-1] == before[0].shape[-1]:
+            return False  # transformers ignores the factor
+        q = torch.randn(1, 2, N, d)
+        return _apply(mod, probe, q, q, cos, sin) is not None
+    except Exception:
+        return False  # transformers cannot run it either
+
+
+def partial_probe() -> dict[str, tuple[str, str]]:
+    """Whether rotary knows which attentions read ``partial_rotary_factor`` (a table, since a
+    config cannot say it): every matching model type again with its factor halved in every
+    ``rope_parameters``.  ``{"model_type/layer_type": (status, detail)}``: ``"match"``;
+    ``"refused"`` where transformers ignores the factor (its cos/sin keep their width) or cannot
+    run it; ``"gap"`` where transformers honours it and rotary refuses; ``"answers"`` where
+    rotary answers and transformers cannot run it; ``"wrong"``."""
+    import copy
+
     import torch
 
     import rotary
 
     out: dict[str, tuple[str, str]] = {}
+    gen = torch.Generator().manual_seed(1)
     pos = torch.arange(N)[None] * 37
-    gen = torch.Generator().manual_seed(0)
-    for name, modname, clsname in _families():
-        if not clsname:
-            out[f"{name}/-"] = ("skipped", "not a text RoPE (vision/audio modules only)")
+    for item in _modules():
+        if len(item) == 2:
             continue
-        try:
-            mod = importlib.import_module(modname)
-        except Exception as e:  # pragma: no cover - an optional dependency of the model
-            out[f"{name}/-"] = ("skipped", f"modeling file does not import here ({type(e).__name__})")
+        name, mod, cls, cfg = item
+        if getattr(cfg, "qk_rope_head_dim", None) is not None:
+            continue  # MLA: the factor is qk_rope_head_dim / head_dim (tests/test_hf.py)
+        rp = getattr(cfg, "rope_parameters", None)
+        if not isinstance(rp, dict):
             continue
-        cls = getattr(mod, clsname)
-        cfg_cls = _config_class(mod, cls)
-        if cfg_cls is None:
-            out[f"{name}/-"] = ("skipped", f"{clsname} takes no config")
-            continue
+        probe = copy.deepcopy(cfg)
+        nested = [val for val in probe.rope_parameters.values() if isinstance(val, dict)]
+        for p in nested or [probe.rope_parameters]:
+            p["partial_rotary_factor"] = float(p.get("partial_rotary_factor") or 1.0) / 2
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            try:
-                cfg = _text_config(cfg_cls())
-            except Exception as e:
-                out[f"{name}/-"] = ("skipped", f"default config cannot be built ({type(e).__name__})")
-                continue
-            types = sorted({t for t in (getattr(cfg, "layer_types", None) or [None]) if t is not None}) or [
-                None
-            ]
-            if "layer_type" not in inspect.signature(cls.forward).parameters:
-                types = [None]  # one RoPE for every layer that has attention
-            for lt in types:
+            for lt in _layer_types(cls, cfg):
                 key = f"{name}/{lt or '-'}"
                 try:
-                    emb = cls(cfg)
-                    kw = {}
-                    if lt is not None and "layer_type" in inspect.signature(emb.forward).parameters:
-                        kw["layer_type"] = lt
-                    res = emb(torch.zeros(1, N, 8), pos, **kw)
-                except Exception as e:
-                    out[key] = ("skipped", f"the module does not take (x, position_ids) ({type(e).__name__})")
-                    continue
-                if not (isinstance(res, tuple) and len(res) == 2):
-                    out[key] = ("skipped", "the module returns complex frequencies, not (cos, sin)")
-                    continue
-                cos, sin = res
-                try:
-                    rope = rotary.hf.from_hf(cfg, angles="float32", layer_type=lt)
-                except Exception as e:
-                    out[key] = ("refused", f"{type(e).__name__}: {str(e)[:140]}")
-                    continue
-                d = rope.head_dim
-                q = torch.randn(1, 2, N, d, generator=gen)
-                k = torch.randn(1, 2, N, d, generator=gen)
-                try:
-                    want = _apply(mod, cfg, q, k, cos, sin)
-                except Exception as e:
-                    out[key] = ("wrong", f"apply_rotary_pos_emb fails on rotary's head_dim {d}: {e}")
-                    continue
-                if want is None:
-                    out[key] = (
-                        "skipped",
-                        "no standard apply_rotary_pos_emb(q, k, cos, sin) to compare through",
-                    )
-                    continue
-                got = rope.apply(q, k, pos[0])
-                if _deinterleaves(mod, cfg):
-                    got = tuple(rotary.convert_layout(x, "interleaved", "half") for x in got)
-                diff = max(float((a - b).abs().max()) for a, b in zip(got, want, strict=True))
-                same = all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
-                out[key] = ("match", "") if same else ("wrong", f"max |difference| {diff:.3g}")
-    del np
+                    rotary.hf.from_hf(cfg, angles="float32", layer_type=lt)
+                except Exception:
+                    continue  # not supported as published: the census says why
+                status, detail = _compare(mod, cls, probe, lt, gen)
+                if status == "refused" and _honours(mod, cls, cfg, probe, lt, pos):
+                    status = "gap"
+                elif status == "wrong" and detail.startswith("apply_rotary_pos_emb fails"):
+                    status, detail = "answers", f"rotary answers a config transformers cannot run: {detail}"
+                out[key] = (status, detail)
     return out
 
 
@@ -318,9 +489,11 @@ def rst(result: dict[str, tuple[str, str]]) -> str:
         "bit, with the modeling file's own cos/sin and ``apply_rotary_pos_emb`` (``tests/hf_census.py``,",
         "run by ``tests/test_hf_census.py``).",
         "",
-        f"{counts['match']} pairs match bit for bit, {counts.get('wrong', 0)} differ, "
-        f"{counts['refused']} are refused with a clear error, {counts['skipped']} are not compared "
-        "(the reasons below).",
+        f"{counts['match']} pairs match bit for bit, {counts.get('no rope', 0)} are layer types both "
+        f"say have no RoPE, {counts.get('wrong', 0)} differ, {counts.get('refused', 0)} are refused with "
+        f"a clear error, {counts.get('skipped', 0)} are not compared (the reasons below).  Each matching "
+        "model type is also run with its ``partial_rotary_factor`` halved (``partial_probe``): rotary "
+        "reads it wherever transformers does, and refuses it where transformers ignores it.",
         "",
         ".. list-table::",
         "   :header-rows: 1",

@@ -187,7 +187,21 @@ def test_legacy_and_5x_styles_agree():
     "cfg, match",
     [
         ({"model_type": "llama", "head_dim": 64, "rotary_pct": 0.5}, "'rotary_pct' changes RoPE"),
-        ({"head_dim": 64, "qk_rope_head_dim": 32}, "'qk_rope_head_dim' changes RoPE.*model_type=None"),
+        ({"head_dim": 64, "qk_rope_head_dim": 32, "partial_rotary_factor": 0.25}, "factor of an MLA config"),
+        ({"head_dim": 64, "rope_interleave": False}, "'rope_interleave' changes RoPE.*model_type=None"),
+        (
+            {"model_type": "llama", "head_dim": 64, "rope_parameters": {"llama_4_scaling_beta": 0.1}},
+            "'default' does not take 'llama_4_scaling_beta'",
+        ),
+        (
+            {
+                "model_type": "ministral3",
+                "head_dim": 64,
+                "num_hidden_layers": 2,
+                "rope_parameters": {"llama_4_scaling_beta": 0.1},
+            },
+            "no original_max_position_embeddings",
+        ),
         ({"model_type": "qwen", "head_dim": 64, "use_dynamic_ntk": True}, "'use_dynamic_ntk'.*not supported"),
         ({"model_type": "falcon", "hidden_size": 64, "num_attention_heads": 4, "alibi": True}, "ALiBi"),
         ({"head_dim": 64, "position_embedding_type": "absolute"}, "position_embedding_type='absolute'"),
@@ -365,3 +379,120 @@ def test_hunyuan_ntk_alpha_against_transformers():
     c, s = m.HunYuanDenseV1RotaryEmbedding(cfg)(torch.zeros(1, 32, 8), pos)
     rc, rs = rotary.hf.from_hf(cfg, angles="float32").cos_sin(pos[0], full=True, dtype=torch.float32)
     assert torch.equal(rc, c[0]) and torch.equal(rs, s[0])
+
+
+def _mla(model_type: str, **extra):
+    return {
+        "model_type": model_type,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "qk_nope_head_dim": 48,
+        "qk_rope_head_dim": 16,
+        **extra,
+    }
+
+
+def test_mla_families_read_as_their_attention_rotates():
+    # Regression (issue 24, the census): every multi-head latent attention family but DeepSeek's
+    # was refused ("qk_rope_head_dim ... read only for model_type ['deepseek_v2', 'deepseek_v3']").
+    # Their attention rotates the qk_rope_head_dim features after q_nope, paired as the modeling
+    # file pairs them: apply_rotary_pos_emb_interleave always, by rope_interleave, or never.
+    layouts = {
+        "minicpm3": "half",
+        "hy_v4": "half",
+        "glm_moe_dsa": "interleaved",
+        "longcat_flash": "interleaved",
+        "deepseek_v32": "interleaved",
+        "bailing_hybrid": "interleaved",
+        "mistral_large4": "interleaved",
+        "axk2": "interleaved",
+        "glm4_moe_lite": "interleaved",
+        "youtu": "interleaved",
+        "axk1": "interleaved",
+        "mistral4": "interleaved",
+        "sarvam_mla": "interleaved",
+    }
+    for mt, layout in layouts.items():
+        m = rotary.hf.model_rope(_mla(mt))
+        assert (m.layers[0].head_dim, m.layers[0].rotary_dim, m.layers[0].layout) == (16, 16, layout), mt
+        assert m.rope_slice == (48, 64), mt
+    # the families that read rope_interleave, and only they, take it
+    assert rotary.hf.from_hf(_mla("glm4_moe_lite", rope_interleave=False)).layout == "half"
+    with pytest.raises(ValueError, match="'rope_interleave' changes RoPE"):
+        rotary.hf.from_hf(_mla("minicpm3", rope_interleave=False))
+    # Mistral 4 writes head_dim as the whole q/k head and the factor as the rotated fraction
+    m4 = _mla(
+        "mistral4", head_dim=64, rope_parameters={"rope_type": "default", "partial_rotary_factor": 0.25}
+    )
+    assert rotary.hf.from_hf(m4).head_dim == 16
+    # scaled MLA: the softmax scale multiplier of transformers' yarn_apply_mscale
+    yarn = {
+        "rope_type": "yarn",
+        "factor": 40.0,
+        "mscale_all_dim": 1.0,
+        "original_max_position_embeddings": 4096,
+    }
+    a = rotary.hf.model_rope(_mla("glm_moe_dsa", rope_parameters=yarn)).attention
+    assert a["softmax_scale_multiplier"] == pytest.approx((0.1 * np.log(40.0) + 1.0) ** 2, rel=1e-15)
+
+
+def test_mla_per_layer_splits():
+    # Dots 3: per_layer_config gives its sliding layers another q_nope width (and their own
+    # partial factor, qk_rope_head_dim / head_dim, written per layer type)
+    cfg = _mla(
+        "dots3_note",
+        head_dim=64,
+        num_hidden_layers=3,
+        layer_types=["indexed_attention", "sliding_attention"] * 1 + ["sliding_attention"],
+        per_layer_config={
+            "1": {"qk_nope_head_dim": 32, "head_dim": 48},
+            "2": {"qk_nope_head_dim": 32, "head_dim": 48},
+        },
+        rope_parameters={
+            "indexed_attention": {"rope_type": "default", "rope_theta": 8e7, "partial_rotary_factor": 0.25},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 5e4, "partial_rotary_factor": 1 / 3},
+        },
+    )
+    m = rotary.hf.model_rope(cfg)
+    assert [r.head_dim for r in m.layers] == [16, 16, 16] and [r.base for r in m.layers] == [8e7, 5e4, 5e4]
+    assert m.rope_slice is None and any("features 32:48" in n for n in m.notes), m.notes
+    assert any("features 48:64" in n for n in m.notes), m.notes
+
+
+def test_no_rope_layers_of_mistral_large4():
+    # Regression (issue 24): refused ("'no_rope_layers' ... read only for ['llama4', 'smollm3']")
+    m = rotary.hf.model_rope(_mla("mistral_large4", num_hidden_layers=4, no_rope_layers=[1, 0, 1, 1]))
+    assert [r is None for r in m.layers] == [False, True, False, False]
+
+
+def test_query_scales_against_transformers():
+    # Ministral 3 / Mistral 4 (llama_4_scaling_beta) and Llama 4 (attn_temperature_tuning) scale
+    # queries by position: not RoPE, reported in ModelRope.attention and computed by
+    # ModelRope.query_scale, bit for bit as transformers computes them.
+    torch = pytest.importorskip("torch")
+    m3 = pytest.importorskip("transformers.models.ministral3.modeling_ministral3")
+    m4 = pytest.importorskip("transformers.models.mistral4.modeling_mistral4")
+    from transformers import Llama4TextConfig, Ministral3Config, Mistral4Config
+
+    pos = torch.tensor([[0, 1, 16383, 16384, 40000, 10**6, 3 * 10**7]])
+    for mod, cfg in ((m3, Ministral3Config()), (m4, Mistral4Config())):
+        rp = cfg.rope_parameters
+        want = mod.get_llama_4_attn_scale(
+            pos, rp["llama_4_scaling_beta"], rp["original_max_position_embeddings"]
+        )
+        m = rotary.hf.model_rope(cfg)
+        for i in (0, len(m.layers) - 1):
+            got = m.query_scale(i, pos)
+            assert got.dtype == torch.float32 and torch.equal(got, want.reshape(pos.shape)), type(cfg)
+    cfg = Llama4TextConfig(num_hidden_layers=4, attn_temperature_tuning=True, floor_scale=8, attn_scale=0.25)
+    m = rotary.hf.model_rope(cfg)
+    positions = pos[0]
+    want = torch.log1p(torch.floor((positions.float() + 1.0) / cfg.floor_scale)) * cfg.attn_scale + 1.0
+    assert m.layers[3] is None and torch.equal(m.query_scale(3, positions), want)
+    assert m.query_scale(0, positions) is None  # the layers with RoPE keep their queries
+    assert rotary.hf.model_rope(BY_NAME["Llama 3"].config).query_scale(0, positions) is None
+    with pytest.raises(TypeError, match="positions must be"):
+        m.query_scale(3, positions > 0)
+    with pytest.raises(ValueError, match="layer_index must be < num_hidden_layers=4"):
+        m.query_scale(4, positions)
