@@ -87,6 +87,7 @@ DEFAULT_THETA: dict[str, float | dict[str, float]] = {
     "nomic_bert": 1000.0,
     "paddleocr_vl": 500000.0,
     "qwen2_5_omni": 1000000.0,
+    "qwen3_omni_moe": 1000000.0,
     "solar_open": 1000000.0,
     "gemma3n": {"full_attention": 1000000.0, "sliding_attention": 10000.0},
     "modernbert-decoder": {"full_attention": 160000.0, "sliding_attention": 10000.0},
@@ -104,7 +105,7 @@ _PARTIAL = frozenset(
     # their apply_rotary_pos_emb rotates ``cos.shape[-1]`` features and passes the rest through, and
     # their rotary embeddings read partial_rotary_factor (transformers 5.24, the census)
     | {"qwen3_5", "qwen3_5_moe", "qwen3_next", "nemotron", "persimmon", "laguna", "lfm3", "mimo_v2_flash"}
-    | {"minimax_m2", "minimax_m3_vl", "moonshine", "glm4_moe"}
+    | {"minimax_m2", "minimax_m3_vl", "moonshine", "glm4_moe", "glm4v", "glm4v_moe", "glm_ocr"}
     # found by the census's partial probe (tests/hf_census.py: partial_probe)
     | {
         "apertus",
@@ -141,6 +142,7 @@ _DEFAULT_PRF = {
     "glm4": 0.5,
     "bamba": 0.5,
     "glm4_moe": 0.5,
+    "glm4v_moe": 0.5,
     "moonshine": 0.9,
     "moonshine_streaming": 0.8,
     "nemotron": 0.5,
@@ -160,6 +162,8 @@ _INTERLEAVED = frozenset(
     # and x[..., 1::2] (transformers 5.24)
     | {"helium", "ernie4_5", "ernie4_5_moe", "cohere2_moe", "openai_privacy_filter", "moonshine_streaming"}
     | {"moonshine"}
+    # GLM-4V / GLM-OCR: rotate_half_llm of (2i, 2i + 1) over repeat_interleave'd cos
+    | {"glm4v", "glm_ocr"}
     # DeepSeek-V4's apply_rotary_pos_emb: repeat_interleave'd cos, rotate_half of (2i, 2i + 1)
     | {"deepseek_v4"}
     # MLA attentions that call apply_rotary_pos_emb_interleave whatever the config says
@@ -196,9 +200,7 @@ _GPTJ = frozenset({"gptj", "codegen"})
 _BACKWARDS = frozenset({"nanochat"})
 #: Multimodal text RoPEs rotary does not read yet (3-D position ids recomposed into sections
 #: other than Qwen-VL's): refused, never read as a plain RoPE.
-_UNSUPPORTED_MROPE = frozenset(
-    {"ernie4_5_vl_moe", "glm_ocr", "glm4v", "glm4v_moe", "hunyuan_vl", "qwen3_omni_moe", "glm_image"}
-)
+_UNSUPPORTED_MROPE = frozenset({"ernie4_5_vl_moe", "hunyuan_vl", "glm_image"})
 #: M-RoPE families: default sections and whether the model interleaves them (it ignores the
 #: ``mrope_interleaved`` key: Qwen3-VL always interleaves, Qwen2/2.5-VL never).
 _MROPE = {
@@ -206,8 +208,21 @@ _MROPE = {
     "qwen2_5_vl": ((16, 24, 24), False),
     "qwen3_vl": ((24, 20, 20), True),
     "qwen3_vl_moe": ((24, 20, 20), True),
-    # HunYuan v4 VL: Qwen3-VL's interleaved recomposition (HYV4VLRotaryEmbedding.recomposition_frequencies)
+    # the same recompositions in other families' text rotary embeddings (recomposition_frequencies):
+    # Qwen3-VL's round robin (HunYuan v4 VL, Qwen3-Omni, Cohere Compass), Qwen2-VL's consecutive
+    # sections (GLM-4V, GLM-4V-MoE, GLM-OCR)
     "hy_v4_vl": ((12, 10, 10), True),
+    "qwen3_omni_moe": ((24, 20, 20), True),
+    "cohere_compass": ((24, 20, 20), True),
+    "glm4v": ((8, 12, 12), False),
+    "glm4v_moe": ((8, 12, 12), False),
+    "glm_ocr": ((8, 12, 12), False),
+    "paddleocr_vl": ((16, 24, 24), False),
+    "qwen2_5_omni": ((16, 24, 24), False),
+    "qwen3_5": ((11, 11, 10), True),
+    "qwen3_5_moe": ((11, 11, 10), True),
+    "qwen4_exp": ((11, 11, 10), True),
+    "cosmos3_edge": ((24, 20, 20), True),
 }
 #: M-RoPE families whose position ids :func:`rotary.positions.mrope_position_ids` computes.
 _QWEN_VL = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"})
@@ -249,25 +264,25 @@ _MODEL_KEYS: dict[str, frozenset[str]] = {
 #: Model types (their ``model_type`` as configs write it, less ``_text``) that the census
 #: (``tests/hf_census.py``, transformers 5.24) reads bit for bit: no warning for them.
 _CENSUS_MATCHED = frozenset(
-    " afmoe apertus apertus1p5 arcee aria axk1 axk2 bailing_hybrid bamba beam bitnet chameleon "
-    "codegen cohere cohere2 cohere2_moe cosmos3_edge csm cwm dbrx deepseek_ocr2 deepseek_v3 "
-    "deepseek_v32 deepseek_v4 dia_decoder diffllama diffusion_gemma doge dory dots1 dots3_note "
-    "embedding_gemma2 emu3_text_model ernie4_5 ernie4_5_moe esm esmc eurobert exaone4 "
-    "exaone_moe falcon falcon_h1 flex_olmo flint gemma gemma2 gemma3 gemma3n gemma4 "
-    "gemma4_unified glm glm4 glm4_moe glm4_moe_lite glm_moe_dsa gpt_neox gpt_neox_japanese "
-    "gpt_oss gptj gradium_phonon_tts granite granite_docling granite_swa granitemoe "
-    "granitemoe_swa granitemoehybrid granitemoeshared gte helium hrm hunyuan_v1_dense "
-    "hunyuan_v1_moe hy_v3 hy_v4 hy_v4_vl hyperclovax idefics jais2 jetmoe jina_embeddings_v3 "
-    "kolibri1 laguna lara_mini lfm2 lfm2_moe lfm3 llama longcat_flash mellum mimi mimo_v2_flash "
-    "minicpm3 minimax minimax_m2 minimax_m3_vl ministral ministral3 mistral mistral4 "
-    "mistral_large4 mixtral mllama_text_model modernbert modernbert-decoder molmo2 moonshine "
-    "moonshine_streaming moshi muse_glimmer muse_glimmer_assistant muse_spark nanochat nemotron "
-    "neomme neucodec nomic_bert olmo olmo2 olmo3 olmo_hybrid olmoe openai_privacy_filter "
-    "paddleocr_vl persimmon phi phi3 phi4_multimodal phimoe pocket_tts qwen2 qwen2_5_omni "
-    "qwen2_5_vl qwen2_moe qwen2_vl qwen3 qwen3_5 qwen3_5_moe qwen3_moe qwen3_next qwen3_vl "
-    "qwen3_vl_moe qwen4_exp recurrent_gemma seed_oss smollm3 solar_open stablelm starcoder2 "
-    "step3p5 t5_gemma_module t5gemma2 timesfm2_5 ultrabert unlimited_ocr vaultgemma "
-    "voxtral_realtime xcodec2 youtu zamba2 zaya ".split()
+    "afmoe apertus apertus1p5 arcee aria axk1 axk2 bailing_hybrid bamba beam bitnet chameleon "
+    "codegen cohere cohere2 cohere2_moe cohere_compass cosmos3_edge csm cwm dbrx deepseek_ocr2 "
+    "deepseek_v3 deepseek_v32 deepseek_v4 dia_decoder diffllama diffusion_gemma doge dory dots1 "
+    "dots3_note embedding_gemma2 emu3_text_model ernie4_5 ernie4_5_moe esm esmc eurobert "
+    "exaone4 exaone_moe falcon falcon_h1 flex_olmo flint gemma gemma2 gemma3 gemma3n gemma4 "
+    "gemma4_unified glm glm4 glm4_moe glm4_moe_lite glm4v glm4v_moe glm_moe_dsa glm_ocr "
+    "gpt_neox gpt_neox_japanese gpt_oss gptj gradium_phonon_tts granite granite_docling "
+    "granite_swa granitemoe granitemoe_swa granitemoehybrid granitemoeshared gte helium hrm "
+    "hunyuan_v1_dense hunyuan_v1_moe hy_v3 hy_v4 hy_v4_vl hyperclovax idefics jais2 jetmoe "
+    "jina_embeddings_v3 kolibri1 laguna lara_mini lfm2 lfm2_moe lfm3 llama longcat_flash mellum "
+    "mimi mimo_v2_flash minicpm3 minimax minimax_m2 minimax_m3_vl ministral ministral3 mistral "
+    "mistral4 mistral_large4 mixtral mllama_text_model modernbert modernbert-decoder molmo2 "
+    "moonshine moonshine_streaming moshi muse_glimmer muse_glimmer_assistant muse_spark "
+    "nanochat nemotron neomme neucodec nomic_bert olmo olmo2 olmo3 olmo_hybrid olmoe "
+    "openai_privacy_filter paddleocr_vl persimmon phi phi3 phi4_multimodal phimoe pocket_tts "
+    "qwen2 qwen2_5_omni qwen2_5_vl qwen2_moe qwen2_vl qwen3 qwen3_5 qwen3_5_moe qwen3_moe "
+    "qwen3_next qwen3_omni_moe qwen3_vl qwen3_vl_moe qwen4_exp recurrent_gemma seed_oss smollm3 "
+    "solar_open stablelm starcoder2 step3p5 t5_gemma_module t5gemma2 timesfm2_5 ultrabert "
+    "unlimited_ocr vaultgemma voxtral_realtime xcodec2 youtu zamba2 zaya ".split()
 )
 #: Every family rotary.hf knows: those with a rule above, and the plain Llama-style ones.
 _KNOWN = frozenset(
@@ -746,6 +761,13 @@ def _flat(
     fam = cfg.family
     p = {k: val for k, val in raw.items() if k != "type"}
     p["rope_type"] = _kind(raw, fam)
+    if fam == "qwen3_omni_moe" and "interleaved" in p:  # Qwen3-Omni's name of mrope_interleaved
+        alias = p.pop("interleaved")
+        if p.get("mrope_interleaved", alias) != alias:
+            raise ValueError(
+                f"rope parameters give interleaved={alias!r} and mrope_interleaved={p['mrope_interleaved']!r}"
+            )
+        p["mrope_interleaved"] = alias
     theta = p.get("rope_theta")
     p["rope_theta"] = v.check_base(cfg.theta(layer_type) if theta is None else theta, "rope_theta")
     prf = _param(cfg, p, "partial_rotary_factor")
@@ -905,6 +927,17 @@ def _spec(cfg: _Cfg, p: dict[str, Any], angles: AngleMethod) -> LayerSpec:
         partial=partial,
     )
     sections, interleaved = _mrope(cfg, p)
+    if sections is not None and interleaved and sum(sections) != rotary_dim // 2:
+        # transformers' round robin starts from the temporal row and overwrites, among the
+        # rotary_dim // 2 pairs, those it reaches: pair i takes row j = i % len(sections) if
+        # j > 0 and i < len(sections) * sections[j].  The rows' counts give that same layout.
+        rows = [
+            i % len(sections)
+            if 0 < i % len(sections) and i < len(sections) * sections[i % len(sections)]
+            else 0
+            for i in range(rotary_dim // 2)
+        ]
+        sections = tuple(rows.count(j) for j in range(len(sections)))
     return LayerSpec(config, sections, interleaved)
 
 
@@ -924,6 +957,13 @@ def _mrope(cfg: _Cfg, p: dict[str, Any]) -> tuple[tuple[int, ...] | None, bool]:
         if flag is not None:
             raise ValueError("config has mrope_interleaved but no mrope_section")
         return None, False
+    if flag is None and fam is not None:
+        # a model type rotary does not know: its sections may be consecutive or round robin
+        raise ValueError(
+            f"config has mrope_section but model_type {cfg.model_type!r} is not one whose M-RoPE layout "
+            f"rotary knows ({sorted(_MROPE)}); give mrope_interleaved (true: Qwen3-VL's round robin, "
+            "false: Qwen2-VL's consecutive sections)"
+        )
     return v.check_positive_ints(sec, "mrope_section"), bool(flag and v.check_bool(flag, "mrope_interleaved"))
 
 

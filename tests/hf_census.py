@@ -35,6 +35,27 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "glm4_moe": {"head_dim": 128},
     # ESM's default is absolute positions; ESM-2 checkpoints set position_embedding_type="rotary"
     "esm": {"position_embedding_type": "rotary"},
+    # GLM-4V's default text config rotates the whole 128-wide head, but its mrope_section [8, 12, 12]
+    # covers 32 pairs (the module fails); GLM-4.1V's published config has partial_rotary_factor 0.5
+    "glm4v": {"partial_rotary_factor": 0.5},
+    "glm4v_moe": {"head_dim": 128},  # as GLM-4-MoE
+    # Qwen3-Omni's text config has no head_dim (2048 / 28 heads is not an integer); the published
+    # Qwen3-Omni-30B-A3B thinker has 32 heads of 128
+    "qwen3_omni_moe": {"num_attention_heads": 32, "head_dim": 128},
+    # Cohere Compass's default has no RoPE parameters for its layers (the module fails); published
+    # configs rotate the sliding layers (Qwen3-VL-style M-RoPE) and leave the global ones NoPE
+    "cohere_compass": {
+        "num_hidden_layers": 4,
+        "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+        "rope_parameters": {
+            "sliding_attention": {
+                "rope_type": "default",
+                "rope_theta": 50000.0,
+                "mrope_section": [24, 20, 20],
+            },
+            "full_attention": None,
+        },
+    },
 }
 
 #: The ``rope_parameters`` key the module is called with per layer type, where a modeling file
@@ -52,10 +73,6 @@ ROPE_KEYS: dict[str, dict[str, str]] = {
 #: the table, and a new pair that does not match must enter it with a reason.
 EXPECTED: dict[str, tuple[str, str]] = {
     "blt/-": ("skipped", "census gap: the module does not take (x, position_ids) (AttributeError)"),
-    "cohere_compass/full_attention": (
-        "skipped",
-        "census gap: the module does not take (x, position_ids) (KeyError)",
-    ),
     "deepseek_v2/-": (
         "skipped",
         "census gap: the module returns complex frequencies (its attention applies them itself)",
@@ -75,14 +92,8 @@ EXPECTED: dict[str, tuple[str, str]] = {
     ),
     "esmfold2/-": ("skipped", "census gap: EsmFold2RotaryEmbedding takes no config"),
     "exaone4_5/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
-    "glm4v/-": ("skipped", "census gap: the module does not take (x, position_ids) (RuntimeError)"),
-    "glm4v_moe/-": ("skipped", "census gap: the module does not take (x, position_ids) (RuntimeError)"),
     "glm5_next/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "glm_image/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
-    "glm_ocr/-": (
-        "refused",
-        "not yet supported: multimodal RoPE beyond Qwen-VL (refused, never read as a plain RoPE)",
-    ),
     "glmasr/-": ("skipped", "not a text RoPE (built by GlmAsrEncoder for its GlmAsrEncoderConfig)"),
     "granite4_vision/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "higgs_audio_v2/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
@@ -114,10 +125,6 @@ EXPECTED: dict[str, tuple[str, str]] = {
     "pe_video/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "pixtral/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "pocket_tts_audio_tokenizer/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
-    "qwen3_omni_moe/-": (
-        "refused",
-        "not yet supported: multimodal RoPE beyond Qwen-VL (refused, never read as a plain RoPE)",
-    ),
     "sam2_video/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "sam3/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "sam3_tracker_video/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
@@ -302,7 +309,43 @@ def _compare(mod: Any, cls: Any, cfg: Any, lt: str | None, gen: Any) -> tuple[st
     r = c.shape[-1]
     if not (_pairs_equal(cos[0][..., : cos.shape[-1]], c) and _pairs_equal(sin[0], s)):
         return "wrong", f"q and k match, cos/sin differ (widths {cos.shape[-1]} and {r} pairs)"
+    # multimodal: three different position rows, as an image's grid gives
+    pos3 = torch.stack([pos, pos // 2 + 7, pos % 5 + pos // 3])
+    try:
+        res3 = emb(torch.zeros(1, N, 8), pos3, **kw)
+        m_rope = res3[0].shape == res[0].shape and not torch.equal(res3[0], res[0])
+    except Exception:
+        m_rope = False  # a text RoPE that does not take 3-D position ids
+    mrope = _mrope_of(cfg, lt)
+    if m_rope and mrope is None:
+        return "wrong", "text positions match; transformers applies M-RoPE to 3-D position ids, rotary a RoPE"
+    if mrope is not None:
+        if not m_rope:
+            return "wrong", "text positions match; rotary reads an M-RoPE, transformers a RoPE"
+        cos, sin = res3
+        c, s = mrope.cos_sin(pos3[:, 0], dtype=torch.float32)
+        if not (_pairs_equal(cos[0], c) and _pairs_equal(sin[0], s)):
+            return "wrong", "text positions match, M-RoPE cos/sin of 3-D position ids differ"
+        want = _apply(mod, cfg, q, k, cos, sin)
+        got = mrope.apply(q, k, pos3[:, :, None, :])
+        if not all(torch.equal(a, b) for a, b in zip(got, want, strict=True)):
+            return "wrong", "text positions match, M-RoPE q/k of 3-D position ids differ"
     return "match", ""
+
+
+def _mrope_of(cfg: Any, lt: str | None) -> Any:
+    """rotary's M-RoPE of the layers of type ``lt`` (``None``: the model's), if they have one."""
+    import rotary
+
+    try:
+        m = rotary.hf.model_rope(cfg, angles="float32")
+    except ValueError:  # another layer type is refused (the partial probe)
+        return None
+    layers = [r for t, r in zip(m.layer_types or [None] * len(m.layers), m.layers) if lt in (None, t)]
+    if not m.layers:
+        layers = [rotary.hf.from_hf(cfg, angles="float32", layer_type=lt)]
+    first = next((r for r in layers if r is not None), None)
+    return first if isinstance(first, rotary.MRoPE) else None
 
 
 def _apply_fn(mod: Any, cfg: Any) -> Any:

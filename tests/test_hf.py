@@ -305,7 +305,7 @@ def test_families_read_as_their_attention_rotates():
     nano = rotary.hf.from_hf({"model_type": "nanochat", "head_dim": 8, "rope_theta": 100.0})
     np.testing.assert_array_equal(nano.inv_freq(), -rotary.inv_freq(8, 100.0))
     with pytest.raises(ValueError, match="multimodal RoPE"):  # refused, never read as a plain RoPE
-        rotary.hf.from_hf({"model_type": "glm4v", "head_dim": 16})
+        rotary.hf.from_hf({"model_type": "hunyuan_vl", "head_dim": 16})
     # partial rotary read for the families whose attention rotates cos.shape[-1] features
     assert rotary.hf.from_hf({"model_type": "qwen3_next", "head_dim": 256}).rotary_dim == 64
 
@@ -496,3 +496,29 @@ def test_query_scales_against_transformers():
         m.query_scale(3, positions > 0)
     with pytest.raises(ValueError, match="layer_index must be < num_hidden_layers=4"):
         m.query_scale(4, positions)
+
+
+def test_mrope_families_read_as_their_rotary_embedding_recomposes():
+    # Regression (issue 24, the census with 3-D position ids): Cosmos-3-Edge was read with
+    # Qwen2-VL's consecutive sections, but its text rotary embedding uses Qwen3-VL's round robin
+    # (wrong numbers at image positions); GLM-4V (+MoE), GLM-OCR and Qwen3-Omni were refused;
+    # PaddleOCR-VL, Qwen2.5-Omni, Qwen3.5 (+MoE) and Qwen4-Exp were read as plain RoPEs.
+    def mrope(mt, **extra):
+        return rotary.hf.mrope_from_hf({"model_type": mt, "head_dim": 128, "rope_theta": 1e4, **extra})
+
+    assert mrope("cosmos3_edge", rope_parameters={"mrope_section": [24, 20, 20]}).interleaved
+    for mt, sections, interleaved in (
+        ("glm4v_moe", (8, 12, 12), False),
+        ("qwen3_omni_moe", (24, 20, 20), True),
+        ("paddleocr_vl", (16, 24, 24), False),
+        ("qwen2_5_omni", (16, 24, 24), False),
+    ):
+        m = mrope(mt, partial_rotary_factor=0.5) if mt == "glm4v_moe" else mrope(mt)
+        assert (m.sections, m.interleaved) == (sections, interleaved), mt
+    glm = mrope("glm4v", partial_rotary_factor=0.5)
+    assert (glm.rotary_dim, glm.layout, glm.sections) == (64, "interleaved", (8, 12, 12))
+    # Qwen3.5's round robin covers the first 32 pairs; the others keep the temporal row
+    assert mrope("qwen3_5", partial_rotary_factor=1.0).sections == (64 - 21, 11, 10)
+    assert mrope("qwen3_omni_moe", rope_parameters={"interleaved": True}).interleaved  # Qwen3-Omni's key
+    with pytest.raises(ValueError, match="give mrope_interleaved"):
+        mrope("my_vl_model", rope_parameters={"mrope_section": [16, 24, 24]})

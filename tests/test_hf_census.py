@@ -72,3 +72,21 @@ def test_known_model_types_are_the_census_matches(census):
     want = {_family(item[3].model_type) for item in C._modules() if len(item) == 4 and item[0] in matched}
     want.discard("")  # a model type whose text config is transformers' bare PreTrainedConfig
     assert set(_CENSUS_MATCHED) == want, (sorted(want - _CENSUS_MATCHED), sorted(_CENSUS_MATCHED - want))
+
+
+def test_attribute_map_is_transformers():
+    # rotary reads a size under the name its config class stores it (transformers'
+    # attribute_map): JetMoE's head_dim is kv_channels, DBRX's hidden_size is d_model...
+    from rotary._hfconfig import _ATTRIBUTE_MAP, _family
+
+    keys = {"head_dim", "hidden_size", "num_attention_heads", "num_hidden_layers", "max_position_embeddings"}
+    seen = set()
+    for item in C._modules():
+        if len(item) != 4:
+            continue
+        cfg = item[3]
+        fam = _family(cfg.model_type)
+        want = {k: v for k, v in (getattr(type(cfg), "attribute_map", None) or {}).items() if k in keys}
+        assert _ATTRIBUTE_MAP.get(fam or "", {}) == want, fam
+        seen.add(fam)
+    assert set(_ATTRIBUTE_MAP) <= seen
