@@ -88,6 +88,10 @@ DEFAULT_THETA: dict[str, float | dict[str, float]] = {
     "paddleocr_vl": 500000.0,
     "qwen2_5_omni": 1000000.0,
     "qwen3_omni_moe": 1000000.0,
+    "ernie4_5_vl_moe": 500000.0,
+    "blt_global_transformer": 500000.0,
+    "blt_local_decoder": 500000.0,
+    "blt_local_encoder": 500000.0,
     "solar_open": 1000000.0,
     "gemma3n": {"full_attention": 1000000.0, "sliding_attention": 10000.0},
     "modernbert-decoder": {"full_attention": 160000.0, "sliding_attention": 10000.0},
@@ -161,7 +165,9 @@ _INTERLEAVED = frozenset(
     # Cohere's rotate_half of (2i, 2i + 1); openai_privacy_filter: _apply_rotary_emb over x[..., ::2]
     # and x[..., 1::2] (transformers 5.24)
     | {"helium", "ernie4_5", "ernie4_5_moe", "cohere2_moe", "openai_privacy_filter", "moonshine_streaming"}
-    | {"moonshine"}
+    | {"moonshine", "ernie4_5_vl_moe"}
+    # BLT's sub-models: repeat_interleave'd cos, rotate_half of (2i, 2i + 1)
+    | {"blt_local_encoder", "blt_local_decoder", "blt_global_transformer", "blt_patcher"}
     # GLM-4V / GLM-OCR: rotate_half_llm of (2i, 2i + 1) over repeat_interleave'd cos
     | {"glm4v", "glm_ocr"}
     # DeepSeek-V4's apply_rotary_pos_emb: repeat_interleave'd cos, rotate_half of (2i, 2i + 1)
@@ -200,7 +206,21 @@ _GPTJ = frozenset({"gptj", "codegen"})
 _BACKWARDS = frozenset({"nanochat"})
 #: Multimodal text RoPEs rotary does not read yet (3-D position ids recomposed into sections
 #: other than Qwen-VL's): refused, never read as a plain RoPE.
-_UNSUPPORTED_MROPE = frozenset({"ernie4_5_vl_moe", "hunyuan_vl", "glm_image"})
+_UNSUPPORTED_MROPE = frozenset({"glm_image"})
+#: Multimodal RoPEs that are not rotations at image positions: read for text positions
+#: (:func:`rotary.hf.from_hf`), refused for the model's layers and M-RoPE.
+_NOT_A_ROTATION = {
+    "hunyuan_vl": (
+        "HunYuan-VL's XD-RoPE splits the duplicated frequencies cat(f, f) into mrope_section * 2 chunks "
+        "(HunYuanVLRotaryEmbedding.recomposition_frequencies), so the two features of a pair take "
+        "different position rows at image positions: not a rotation, which rotary does not represent. "
+        "rotary.hf.from_hf gives its RoPE of text positions (all rows equal)"
+    )
+}
+#: ERNIE-4.5-VL's text rotary embedding: ``mrope_section`` is (height, width, temporal); the
+#: height and width frequencies alternate (h, w, h, w...), the temporal ones come last
+#: (Ernie4_5_VLMoeTextRotaryEmbedding's permuted inv_freq and recomposition_frequencies).
+_HW_ALTERNATING = {"ernie4_5_vl_moe": (22, 22, 20)}
 #: M-RoPE families: default sections and whether the model interleaves them (it ignores the
 #: ``mrope_interleaved`` key: Qwen3-VL always interleaves, Qwen2/2.5-VL never).
 _MROPE = {
@@ -256,7 +276,7 @@ _MODEL_KEYS: dict[str, frozenset[str]] = {
     "global_head_dim": frozenset({"gemma4"}),
     "rope_ratio": frozenset({"chatglm"}),
     "kv_channels": frozenset({"chatglm", "jetmoe", "zamba2"}),
-    "mrope_section": frozenset(_MROPE),
+    "mrope_section": frozenset({*_MROPE, *_HW_ALTERNATING, *_NOT_A_ROTATION}),
     "mrope_interleaved": frozenset(_MROPE),
     "use_dynamic_ntk": frozenset(),
     "use_logn_attn": frozenset(),
@@ -264,25 +284,27 @@ _MODEL_KEYS: dict[str, frozenset[str]] = {
 #: Model types (their ``model_type`` as configs write it, less ``_text``) that the census
 #: (``tests/hf_census.py``, transformers 5.24) reads bit for bit: no warning for them.
 _CENSUS_MATCHED = frozenset(
-    "afmoe apertus apertus1p5 arcee aria axk1 axk2 bailing_hybrid bamba beam bitnet chameleon "
-    "codegen cohere cohere2 cohere2_moe cohere_compass cosmos3_edge csm cwm dbrx deepseek_ocr2 "
-    "deepseek_v3 deepseek_v32 deepseek_v4 dia_decoder diffllama diffusion_gemma doge dory dots1 "
-    "dots3_note embedding_gemma2 emu3_text_model ernie4_5 ernie4_5_moe esm esmc eurobert "
-    "exaone4 exaone_moe falcon falcon_h1 flex_olmo flint gemma gemma2 gemma3 gemma3n gemma4 "
-    "gemma4_unified glm glm4 glm4_moe glm4_moe_lite glm4v glm4v_moe glm_moe_dsa glm_ocr "
-    "gpt_neox gpt_neox_japanese gpt_oss gptj gradium_phonon_tts granite granite_docling "
-    "granite_swa granitemoe granitemoe_swa granitemoehybrid granitemoeshared gte helium hrm "
-    "hunyuan_v1_dense hunyuan_v1_moe hy_v3 hy_v4 hy_v4_vl hyperclovax idefics jais2 jetmoe "
-    "jina_embeddings_v3 kolibri1 laguna lara_mini lfm2 lfm2_moe lfm3 llama longcat_flash mellum "
-    "mimi mimo_v2_flash minicpm3 minimax minimax_m2 minimax_m3_vl ministral ministral3 mistral "
-    "mistral4 mistral_large4 mixtral mllama_text_model modernbert modernbert-decoder molmo2 "
-    "moonshine moonshine_streaming moshi muse_glimmer muse_glimmer_assistant muse_spark "
-    "nanochat nemotron neomme neucodec nomic_bert olmo olmo2 olmo3 olmo_hybrid olmoe "
-    "openai_privacy_filter paddleocr_vl persimmon phi phi3 phi4_multimodal phimoe pocket_tts "
-    "qwen2 qwen2_5_omni qwen2_5_vl qwen2_moe qwen2_vl qwen3 qwen3_5 qwen3_5_moe qwen3_moe "
-    "qwen3_next qwen3_omni_moe qwen3_vl qwen3_vl_moe qwen4_exp recurrent_gemma seed_oss smollm3 "
-    "solar_open stablelm starcoder2 step3p5 t5_gemma_module t5gemma2 timesfm2_5 ultrabert "
-    "unlimited_ocr vaultgemma voxtral_realtime xcodec2 youtu zamba2 zaya ".split()
+    "afmoe apertus apertus1p5 arcee aria axk1 axk2 bailing_hybrid bamba beam bitnet "
+    "blt_global_transformer blt_local_decoder blt_local_encoder blt_patcher chameleon codegen "
+    "cohere cohere2 cohere2_moe cohere_compass cosmos3_edge csm cwm dbrx deepseek_ocr2 "
+    "deepseek_v2 deepseek_v3 deepseek_v32 deepseek_v4 dia_decoder diffllama diffusion_gemma "
+    "doge dory dots1 dots3_note embedding_gemma2 emu3_text_model ernie4_5 ernie4_5_moe "
+    "ernie4_5_vl_moe esm esmc eurobert exaone4 exaone_moe falcon falcon_h1 flex_olmo flint "
+    "gemma gemma2 gemma3 gemma3n gemma4 gemma4_unified glm glm4 glm4_moe glm4_moe_lite glm4v "
+    "glm4v_moe glm_moe_dsa glm_ocr gpt_neox gpt_neox_japanese gpt_oss gptj gradium_phonon_tts "
+    "granite granite_docling granite_swa granitemoe granitemoe_swa granitemoehybrid "
+    "granitemoeshared gte helium hrm hunyuan_v1_dense hunyuan_v1_moe hunyuan_vl hy_v3 hy_v4 "
+    "hy_v4_vl hyperclovax idefics jais2 jetmoe jina_embeddings_v3 kolibri1 laguna lara_mini "
+    "lfm2 lfm2_moe lfm3 llama llama4 longcat_flash mellum mimi mimo_v2_flash minicpm3 minimax "
+    "minimax_m2 minimax_m3_vl ministral ministral3 mistral mistral4 mistral_large4 mixtral "
+    "mllama_text_model modernbert modernbert-decoder molmo2 moonshine moonshine_streaming moshi "
+    "muse_glimmer muse_glimmer_assistant muse_spark nanochat nemotron neomme neucodec "
+    "nomic_bert olmo olmo2 olmo3 olmo_hybrid olmoe openai_privacy_filter paddleocr_vl persimmon "
+    "phi phi3 phi4_multimodal phimoe pocket_tts qwen2 qwen2_5_omni qwen2_5_vl qwen2_moe "
+    "qwen2_vl qwen3 qwen3_5 qwen3_5_moe qwen3_moe qwen3_next qwen3_omni_moe qwen3_vl "
+    "qwen3_vl_moe qwen4_exp recurrent_gemma seed_oss smollm3 solar_open stablelm starcoder2 "
+    "step3p5 t5_gemma_module t5gemma2 timesfm2_5 ultrabert unlimited_ocr vaultgemma "
+    "voxtral_realtime xcodec2 youtu zamba2 zaya ".split()
 )
 #: Every family rotary.hf knows: those with a rule above, and the plain Llama-style ones.
 _KNOWN = frozenset(
@@ -708,6 +730,7 @@ class LayerSpec:
     config: RopeConfig
     sections: tuple[int, ...] | None = None
     interleaved: bool = False
+    rows: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -926,6 +949,18 @@ def _spec(cfg: _Cfg, p: dict[str, Any], angles: AngleMethod) -> LayerSpec:
         angles=angles,
         partial=partial,
     )
+    if fam in _HW_ALTERNATING:
+        h, w, t = v.check_positive_ints(
+            _param(cfg, p, "mrope_section") or _HW_ALTERNATING[fam], "mrope_section"
+        )
+        if h != w or h + w + t != rotary_dim // 2:
+            raise ValueError(
+                f"ERNIE-4.5-VL's mrope_section (height, width, temporal) must have height == width and sum "
+                f"to rotary_dim // 2 = {rotary_dim // 2}, got {(h, w, t)}"
+            )
+        return LayerSpec(config, (t, h, w), False, (1, 2) * h + (0,) * t)
+    if fam in _NOT_A_ROTATION:
+        return LayerSpec(config)  # text positions (model_spec and mrope_spec refuse the rest)
     sections, interleaved = _mrope(cfg, p)
     if sections is not None and interleaved and sum(sections) != rotary_dim // 2:
         # transformers' round robin starts from the temporal row and overwrites, among the
@@ -1036,9 +1071,15 @@ def _attention(cfg: _Cfg) -> dict[str, Any]:
     return out
 
 
+def _refuse_not_a_rotation(cfg: _Cfg) -> None:
+    if cfg.family in _NOT_A_ROTATION:
+        raise ValueError(_NOT_A_ROTATION[cfg.family])
+
+
 def model_spec(config: Any, *, angles: AngleMethod = "exact") -> ModelSpec:
     """Every layer's RoPE of a config (see :func:`rotary.hf.model_rope`)."""
     cfg = _Cfg(config)
+    _refuse_not_a_rotation(cfg)
     n = cfg.count("num_hidden_layers")
     types = cfg.layer_types
     per_type = bool(cfg.nested_types())
@@ -1174,9 +1215,11 @@ def mrope_index_options(config: Any) -> dict[str, Any]:
 def mrope_spec(config: Any, *, angles: AngleMethod = "exact") -> LayerSpec:
     """The M-RoPE :class:`LayerSpec` of a multimodal config (``ValueError`` when it has none)."""
     cfg = _Cfg(config)
+    _refuse_not_a_rotation(cfg)
     rope_dicts = [cfg._dict("rope_parameters") or {}, cfg._dict("rope_scaling") or {}]
     if (
         cfg.family not in _MROPE
+        and cfg.family not in _HW_ALTERNATING
         and not cfg.has("mrope_section")
         and not any("mrope_section" in d for d in rope_dicts)
     ):

@@ -150,6 +150,7 @@ def _build(spec: LayerSpec | None) -> RoPE | MRoPE | None:
         c.head_dim,
         spec.sections,
         interleaved=spec.interleaved,
+        rows=spec.rows,
         base=c.base,
         layout=c.layout,
         rotary_dim=c.rotary_dim,

@@ -233,6 +233,9 @@ class MRoPE(Rotary):
     interleaved : bool
         ``False``: consecutive sections (Qwen2-VL, Qwen2.5-VL).  ``True``: round-robin rows
         (Qwen3-VL ``mrope_interleaved``), see :func:`mrope_rows`.
+    rows : sequence of int, optional
+        The position row of each frequency, for any other layout (ERNIE-4.5-VL alternates
+        height and width rows, then the temporal one); ``sections`` must count them.
     base, layout, rotary_dim, scaling, angles
         As in :class:`rotary.RoPE` (HF Qwen-VL models use ``layout="half"``).
         ``angles="float32"`` reproduces them bit-for-bit on torch, bfloat16 and float16
@@ -264,6 +267,7 @@ class MRoPE(Rotary):
         sections: Any,
         *,
         interleaved: bool = False,
+        rows: Any = None,
         base: float = 10000.0,
         layout: Layout = "half",
         rotary_dim: int | None = None,
@@ -287,15 +291,31 @@ class MRoPE(Rotary):
                 f"frequency), got {self.sections} (sum {sum(self.sections)})"
             )
         self.interleaved = v.check_bool(interleaved, "interleaved")
-        self._rows = tuple(_rows(self.sections, self.interleaved))
+        if rows is None:
+            self._rows = tuple(_rows(self.sections, self.interleaved))
+        else:
+            if self.interleaved:
+                raise ValueError("give rows or interleaved=True, not both")
+            got = tuple(
+                v.check_int(r, "rows[i]", minimum=0) for r in v.check_sequence(rows, "rows", "row indices")
+            )
+            counts = tuple(got.count(j) for j in range(len(self.sections)))
+            if len(got) != sum(self.sections) or counts != self.sections:
+                raise ValueError(
+                    f"rows must give each of the {sum(self.sections)} frequencies a row in "
+                    f"range({len(self.sections)}), sections[j] of them row j; got {len(got)} rows "
+                    f"counting {counts} for sections {self.sections}"
+                )
+            self._rows = got
+        self._custom_rows = rows is not None
         self._masks = tuple(tuple(r == j for r in self._rows) for j in range(len(self.sections)))
         self._bounds = tuple(itertools.pairwise(itertools.accumulate(self.sections, initial=0)))
 
     def _identity(self) -> Hashable:
-        return (self.rope, self.sections, self.interleaved)
+        return (self.rope, self.sections, self.interleaved, self._rows)
 
     def __repr__(self) -> str:
-        il = ", interleaved=True" if self.interleaved else ""
+        il = ", interleaved=True" if self.interleaved else f", rows={self._rows}" if self._custom_rows else ""
         return f"MRoPE({self.head_dim}, sections={self.sections}{il}, rope={self.rope!r})"
 
     @property
@@ -342,7 +362,7 @@ class MRoPE(Rotary):
         c, s = self.rope._pair_cos_sin(pos, be, dev, dtype, rng)  # (rows, ..., n)
         if pos.shape[0] == 1:
             return c[0, ...], s[0, ...]
-        if not self.interleaved:
+        if not (self.interleaved or self._custom_rows):
             cs = [(c[j, ..., a:b], s[j, ..., a:b]) for j, (a, b) in enumerate(self._bounds)]
             return xp.concat([u for u, _ in cs], axis=-1), xp.concat([w for _, w in cs], axis=-1)
         oc, os_ = c[0, ...], s[0, ...]

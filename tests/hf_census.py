@@ -6,8 +6,9 @@ type, the module's own cos/sin at positions ``arange(32) * 37`` and, through the
 own ``apply_rotary_pos_emb``, random q/k rotated by them, against ``from_hf(config,
 angles="float32")`` on the same q/k: bit for bit.
 
-Each (model type, layer type) pair gets a status: ``match``, ``no rope`` (a layer type both
-say has no RoPE), ``wrong`` (a number differs: never allowed), ``refused`` (``from_hf`` raised),
+Each (model type, layer type) pair gets a status: ``match``, ``close`` (complex-frequency
+modules: within ``torch.polar``'s rounding of cos/sin), ``no rope`` (a layer type both say has
+no RoPE), ``wrong`` (a number differs: never allowed), ``refused`` (``from_hf`` raised),
 or ``skipped`` with the reason the census cannot compare it (not a text RoPE, a module it cannot
 call in the standard way...).  ``partial_probe`` runs every matching model type again with its
 ``partial_rotary_factor`` halved: the table of attentions that read it must be complete.  ``python
@@ -42,6 +43,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # Qwen3-Omni's text config has no head_dim (2048 / 28 heads is not an integer); the published
     # Qwen3-Omni-30B-A3B thinker has 32 heads of 128
     "qwen3_omni_moe": {"num_attention_heads": 32, "head_dim": 128},
+    # HunYuan-VL's default has no mrope_section (the module fails); its checkpoints give one,
+    # summing to head_dim // 2 over its four axes (position, width, height, image index)
+    "hunyuan_vl": {
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [16] * 4}
+    },
     # Cohere Compass's default has no RoPE parameters for its layers (the module fails); published
     # configs rotate the sliding layers (Qwen3-VL-style M-RoPE) and leave the global ones NoPE
     "cohere_compass": {
@@ -58,6 +64,12 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     },
 }
 
+#: Model types whose RotaryEmbedding is built from sub-configs (BLT's byte-level encoder and
+#: decoder, its global transformer and its patcher): each is compared.
+SUBCONFIGS: dict[str, tuple[str, ...]] = {
+    "blt": ("encoder_config", "decoder_config", "global_config", "patcher_config"),
+}
+
 #: The ``rope_parameters`` key the module is called with per layer type, where a modeling file
 #: keys them by RoPE label (DeepseekV4Attention: sliding layers "main", compressed ones "compress").
 ROPE_KEYS: dict[str, dict[str, str]] = {
@@ -68,14 +80,14 @@ ROPE_KEYS: dict[str, dict[str, str]] = {
     }
 }
 
-#: Every (model type, layer type) pair that does not match, with why.  ``"not yet supported"``
-#: and ``"census gap"`` entries are open work (issue 24); a pair that starts to match must leave
-#: the table, and a new pair that does not match must enter it with a reason.
+#: Every (model type, layer type) pair that does not match, with why: not a text RoPE, complex
+#: frequencies compared within torch.polar's rounding, or a multimodal RoPE that is not a rotation
+#: at image positions.  A pair that starts to match must leave the table, and a new pair that does
+#: not match must enter it with a reason.
 EXPECTED: dict[str, tuple[str, str]] = {
-    "blt/-": ("skipped", "census gap: the module does not take (x, position_ids) (AttributeError)"),
     "deepseek_v2/-": (
-        "skipped",
-        "census gap: the module returns complex frequencies (its attention applies them itself)",
+        "close",
+        "complex frequencies (torch.polar): cos/sin within 1 ulp of torch.cos/sin, q/k within 4 ulps",
     ),
     "edgetam_video/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "efficientloftr/-": (
@@ -86,26 +98,29 @@ EXPECTED: dict[str, tuple[str, str]] = {
         "skipped",
         "not a text RoPE (EomtDinov3RotaryEmbedding takes (pixel_values), not position ids)",
     ),
-    "ernie4_5_vl_moe/-": (
-        "refused",
-        "not yet supported: multimodal RoPE beyond Qwen-VL (refused, never read as a plain RoPE)",
+    "esmfold2/-": (
+        "skipped",
+        "not a text RoPE: EsmFold2RotaryEmbedding rotates by atom coordinates (ref_pos x/y/z)",
     ),
-    "esmfold2/-": ("skipped", "census gap: EsmFold2RotaryEmbedding takes no config"),
     "exaone4_5/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "glm5_next/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "glm_image/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "glmasr/-": ("skipped", "not a text RoPE (built by GlmAsrEncoder for its GlmAsrEncoderConfig)"),
     "granite4_vision/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "higgs_audio_v2/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
-    "hunyuan_vl/-": ("skipped", "census gap: the module does not take (x, position_ids) (TypeError)"),
+    "hunyuan_vl/-": (
+        "text only",
+        "text positions match; at image positions HunYuan-VL's XD-RoPE is not a rotation (the two "
+        "features of a pair take different position rows): model_rope and mrope_from_hf refuse it",
+    ),
     "inkling2/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "kimi_k25/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "kyutai_speech_to_text/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "lasr/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "lfm3_vl/-": ("skipped", "not a text RoPE (vision/audio modules only)"),
     "llama4/-": (
-        "skipped",
-        "census gap: the module returns complex frequencies (its attention applies them itself)",
+        "close",
+        "complex frequencies (torch.polar): cos/sin within 1 ulp of torch.cos/sin, q/k within 4 ulps",
     ),
     "mlcd/-": ("skipped", "not a text RoPE (MLCDRotaryEmbedding takes a MLCDVisionConfig)"),
     "musicflamingo/-": (
@@ -279,8 +294,10 @@ def _compare(mod: Any, cls: Any, cfg: Any, lt: str | None, gen: Any) -> tuple[st
         res = emb(torch.zeros(1, N, 8), pos, **kw)
     except Exception as e:
         return "skipped", f"the module does not take (x, position_ids) ({type(e).__name__})"
+    if isinstance(res, torch.Tensor) and res.is_complex():
+        return _compare_complex(mod, cfg, lt, res, pos, gen)
     if not (isinstance(res, tuple) and len(res) == 2):
-        return "skipped", "the module returns complex frequencies, not (cos, sin)"
+        return "skipped", "the module returns neither (cos, sin) nor complex frequencies"
     cos, sin = res
     try:
         rope = rotary.hf.from_hf(cfg, angles="float32", layer_type=lt)
@@ -310,7 +327,9 @@ def _compare(mod: Any, cls: Any, cfg: Any, lt: str | None, gen: Any) -> tuple[st
     if not (_pairs_equal(cos[0][..., : cos.shape[-1]], c) and _pairs_equal(sin[0], s)):
         return "wrong", f"q and k match, cos/sin differ (widths {cos.shape[-1]} and {r} pairs)"
     # multimodal: three different position rows, as an image's grid gives
-    pos3 = torch.stack([pos, pos // 2 + 7, pos % 5 + pos // 3])
+    sec = (rp or {}).get("mrope_section") if isinstance(rp, dict) else None
+    rows = [pos, pos // 2 + 7, pos % 5 + pos // 3, pos // 11 + 2][: len(sec) if isinstance(sec, list) else 3]
+    pos3 = torch.stack(rows)
     try:
         res3 = emb(torch.zeros(1, N, 8), pos3, **kw)
         m_rope = res3[0].shape == res[0].shape and not torch.equal(res3[0], res[0])
@@ -318,6 +337,11 @@ def _compare(mod: Any, cls: Any, cfg: Any, lt: str | None, gen: Any) -> tuple[st
         m_rope = False  # a text RoPE that does not take 3-D position ids
     mrope = _mrope_of(cfg, lt)
     if m_rope and mrope is None:
+        try:
+            rotary.hf.mrope_from_hf(cfg, angles="float32")
+        except ValueError as e:
+            if "not a rotation" in str(e):
+                return "text only", f"text positions match; at image positions: {e}"
         return "wrong", "text positions match; transformers applies M-RoPE to 3-D position ids, rotary a RoPE"
     if mrope is not None:
         if not m_rope:
@@ -331,6 +355,46 @@ def _compare(mod: Any, cls: Any, cfg: Any, lt: str | None, gen: Any) -> tuple[st
         if not all(torch.equal(a, b) for a, b in zip(got, want, strict=True)):
             return "wrong", "text positions match, M-RoPE q/k of 3-D position ids differ"
     return "match", ""
+
+
+def _compare_complex(
+    mod: Any, cfg: Any, lt: str | None, freqs_cis: Any, pos: Any, gen: Any
+) -> tuple[str, str]:
+    """DeepSeek-V2, Llama 4: ``freqs_cis = torch.polar(1, angles)`` and ``apply_rotary_emb`` (a
+    complex product over pairs ``(2i, 2i + 1)``).  ``torch.polar`` rounds cos/sin differently
+    from ``torch.cos``/``torch.sin`` (at most an ulp), so these compare within that: status
+    ``"close"`` when cos/sin are within 1 ulp of 1 and q/k within 4 ulps of their size."""
+    import torch
+
+    import rotary
+
+    fn = getattr(mod, "apply_rotary_emb", None)
+    if fn is None:
+        return "skipped", "complex frequencies without an apply_rotary_emb to compare through"
+    try:
+        rope = rotary.hf.from_hf(cfg, angles="float32", layer_type=lt)
+    except Exception as e:
+        return "refused", f"{type(e).__name__}: {str(e)[:140]}"
+    eps = float(torch.finfo(torch.float32).eps)
+    c, s = rope.cos_sin(pos[0], dtype=torch.float32)
+    dc = max(float((freqs_cis.real[0] - c).abs().max()), float((freqs_cis.imag[0] - s).abs().max()))
+    q = torch.randn(1, 2, N, rope.head_dim, generator=gen)
+    k = torch.randn(1, 2, N, rope.head_dim, generator=gen)
+    if "freqs_cis.unsqueeze(1)" in inspect.getsource(fn):  # (batch, heads, seq, dim) tensors
+        want = fn(q, k, freqs_cis)
+    else:  # (batch, seq, heads, dim)
+        want = tuple(x.transpose(1, 2) for x in fn(q.transpose(1, 2), k.transpose(1, 2), freqs_cis))
+    got = rope.apply(q, k, pos[0])
+    dq = max(float((a - b).abs().max()) for a, b in zip(got, want, strict=True))
+    scale = max(float(q.abs().max()), float(k.abs().max()))
+    if dc <= eps and dq <= 4 * eps * scale:
+        exact = dc == 0 and dq == 0
+        return (
+            ("match", "")
+            if exact
+            else ("close", f"cos/sin {dc / eps:.2g} ulp, q/k {dq / eps / scale:.2g} ulp")
+        )
+    return "wrong", f"cos/sin differ by {dc:.3g}, q/k by {dq:.3g}"
 
 
 def _mrope_of(cfg: Any, lt: str | None) -> Any:
@@ -414,7 +478,10 @@ def _modules() -> Iterator[tuple[str, Any, Any, Any] | tuple[str, str]]:
             except Exception as e:
                 yield name, f"default config cannot be built ({type(e).__name__})"
                 continue
-        yield name, mod, cls, cfg
+        for sub in SUBCONFIGS.get(name, ()):
+            yield f"{name}[{sub}]", mod, cls, getattr(cfg, sub)
+        if name not in SUBCONFIGS:
+            yield name, mod, cls, cfg
 
 
 def census() -> dict[str, tuple[str, str]]:
@@ -532,9 +599,11 @@ def rst(result: dict[str, tuple[str, str]]) -> str:
         "bit, with the modeling file's own cos/sin and ``apply_rotary_pos_emb`` (``tests/hf_census.py``,",
         "run by ``tests/test_hf_census.py``).",
         "",
-        f"{counts['match']} pairs match bit for bit, {counts.get('no rope', 0)} are layer types both "
-        f"say have no RoPE, {counts.get('wrong', 0)} differ, {counts.get('refused', 0)} are refused with "
-        f"a clear error, {counts.get('skipped', 0)} are not compared (the reasons below).  Each matching "
+        f"{counts['match']} pairs match bit for bit, {counts.get('close', 0)} within ``torch.polar``'s "
+        f"rounding (complex frequencies), {counts.get('text only', 0)} at text positions only (not a "
+        f"rotation at image positions), {counts.get('no rope', 0)} are layer types both say have no "
+        f"RoPE, {counts.get('wrong', 0)} differ, {counts.get('refused', 0)} are refused, "
+        f"{counts.get('skipped', 0)} are not text RoPEs (the reasons below).  Each matching "
         "model type is also run with its ``partial_rotary_factor`` halved (``partial_probe``): rotary "
         "reads it wherever transformers does, and refuses it where transformers ignores it.",
         "",

@@ -302,10 +302,17 @@ def test_families_read_as_their_attention_rotates():
         "moonshine_streaming",
     ):
         assert rotary.hf.from_hf({"model_type": mt, "head_dim": 16}).layout == "interleaved", mt
+    # BLT's byte-level sub-models pair (2i, 2i + 1) too (found by the census over sub-configs)
+    for mt in ("blt_local_encoder", "blt_local_decoder", "blt_global_transformer", "blt_patcher"):
+        assert rotary.hf.from_hf({"model_type": mt, "head_dim": 16}).layout == "interleaved", mt
     nano = rotary.hf.from_hf({"model_type": "nanochat", "head_dim": 8, "rope_theta": 100.0})
     np.testing.assert_array_equal(nano.inv_freq(), -rotary.inv_freq(8, 100.0))
-    with pytest.raises(ValueError, match="multimodal RoPE"):  # refused, never read as a plain RoPE
-        rotary.hf.from_hf({"model_type": "hunyuan_vl", "head_dim": 16})
+    # HunYuan-VL: its text RoPE, but its XD-RoPE at image positions is not a rotation: refused
+    hy = {"model_type": "hunyuan_vl", "head_dim": 16, "num_hidden_layers": 2, "mrope_section": [2, 2, 2, 2]}
+    assert rotary.hf.from_hf(hy) == rotary.RoPE(16)
+    for fn in (rotary.hf.model_rope, rotary.hf.mrope_from_hf):
+        with pytest.raises(ValueError, match="not a rotation"):
+            fn(hy)
     # partial rotary read for the families whose attention rotates cos.shape[-1] features
     assert rotary.hf.from_hf({"model_type": "qwen3_next", "head_dim": 256}).rotary_dim == 64
 

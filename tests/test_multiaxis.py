@@ -162,6 +162,32 @@ def test_mrope_matches_reference(backend, rng, interleaved, layout):
         assert_close(k, pair_rotate_ref(to_numpy(kb).astype(np.float64), theta, layout), dtype=dtype)
 
 
+def test_mrope_explicit_rows(backend, rng):
+    # rows= lays out any per-frequency row pattern (ERNIE-4.5-VL: height/width alternating, then
+    # temporal); sections count the rows
+    rows = (1, 2, 1, 2, 0, 0, 0, 0)
+    rope = rotary.MRoPE(16, (4, 2, 2), rows=rows, layout="interleaved")
+    np.testing.assert_array_equal(rope.rows(), rows)
+    pos = rng.integers(0, 5000, size=(3, 2, 1, 5))
+    qb = backend.asarray(rng.normal(size=(2, 4, 5, 16)), "float32")
+    theta = np.stack([pos[r] for r in rows], axis=-1), freqs64(16, 10000.0)
+    assert_close(
+        rope.rotate(qb, backend.asarray(pos, _int_dtype(backend))),
+        pair_rotate_ref(to_numpy(qb).astype(np.float64), theta, "interleaved"),
+        dtype="float32",
+    )
+    # the consecutive and round-robin layouts, given as rows, are the same RoPE's numbers
+    same = rotary.MRoPE(16, (4, 2, 2), rows=tuple(hf_rows((4, 2, 2), True)))
+    p = backend.asarray(pos, _int_dtype(backend))
+    np.testing.assert_array_equal(
+        to_numpy(same.rotate(qb, p)), to_numpy(rotary.MRoPE(16, (4, 2, 2), interleaved=True).rotate(qb, p))
+    )
+    with pytest.raises(ValueError, match="rows must give each of the 8 frequencies"):
+        rotary.MRoPE(16, (4, 2, 2), rows=(0, 0, 0, 1, 1, 1, 2, 2))
+    with pytest.raises(ValueError, match="not both"):
+        rotary.MRoPE(16, (4, 2, 2), rows=rows, interleaved=True)
+
+
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_mrope_with_equal_rows_is_1d_rope(backend, rng, interleaved):
     sections = (4, 2, 2) if interleaved else (2, 3, 3)
