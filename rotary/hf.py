@@ -21,7 +21,7 @@ Qwen2-VL / Qwen2.5-VL / Qwen3-VL and HunYuan-v4-VL, and the position-dependent q
 :func:`mrope_index`         M-RoPE position ids of a Qwen-VL prompt, options from the config
 :func:`hf_rope_parameters`  the standardised RoPE parameters (a flat dict)
 :func:`vision_rope`         a vision tower's 2-D RoPE (:mod:`rotary.vision`): Llama 4 vision,
-                            DINOv3, Pixtral, Qwen2-VL's vision encoder
+                            DINOv3, Pixtral, MLCD (``axial``), Qwen2-VL's vision encoder
 ==========================  ==========================================================
 
 Families and the keys read besides ``rope_parameters`` / ``rope_scaling`` / ``rope_theta`` /
@@ -90,7 +90,7 @@ from ._lib._compat import array_namespace, is_array
 from ._lib._typing import AngleMethod, Array
 from ._rope import RoPE
 from .multiaxis import MRoPE
-from .vision import VisionRoPE, dinov3, llama4, pixtral, qwen2_vl
+from .vision import VisionRoPE, dinov3, llama4, mlcd, pixtral, qwen2_vl
 
 __all__ = [
     "ModelRope",
@@ -412,6 +412,12 @@ def vision_rope(config: Any, *, angles: AngleMethod = "exact") -> VisionRoPE:
                 f"a pixtral vision config takes rope_type 'axial', got {params.get('rope_type')!r}"
             )
         return pixtral(head_dim(), base=theta(10000.0), angles=angles)
+    if kind in ("mlcd_vision_model", "mlcd"):
+        if params.get("rope_type", "axial") != "axial":
+            raise ValueError(
+                f"an MLCD vision config takes rope_type 'axial', got {params.get('rope_type')!r}"
+            )
+        return mlcd(head_dim(), base=theta(10000.0), angles=angles)
     if kind in ("qwen2_vl", "qwen2_vl_vision"):
         return qwen2_vl(
             head_dim("embed_dim", "num_heads"),
@@ -420,6 +426,6 @@ def vision_rope(config: Any, *, angles: AngleMethod = "exact") -> VisionRoPE:
             angles=angles,
         )
     raise ValueError(
-        f"vision_rope reads llama4_vision_model, dinov3_vit, pixtral and qwen2_vl vision configs, "
+        f"vision_rope reads llama4_vision_model, dinov3_vit, pixtral, mlcd and qwen2_vl vision configs, "
         f"got model_type {kind!r}"
     )

@@ -56,6 +56,7 @@ __all__ = [
     "eva02",
     "llama4",
     "mixed_frequencies",
+    "mlcd",
     "pixel",
     "pixtral",
     "qwen2_vl",
@@ -264,6 +265,22 @@ def qwen2_vl(
         return np.stack([order(r), order(c)], axis=-1)
 
     return VisionRoPE("qwen2_vl", _axial(head_dim, "half", base, angles), grid)
+
+
+def mlcd(head_dim: int, *, base: float = 10000.0, angles: AngleMethod = "exact") -> VisionRoPE:
+    """MLCD (``MLCDRotaryEmbedding``, HF ``rope_type="axial"``): ``(row, col)`` in raster order,
+    each axis with the frequencies of a ``head_dim / 2`` RoPE, rows first; half layout over the
+    whole head.  Its class token (first) is not at a grid position: the model rotates it by the
+    learned angles ``class_pos_emb`` (a parameter), i.e. ``rotary.learned.rotate(x_cls, 1,
+    class_pos_emb[0])``; :meth:`VisionRoPE.rotate` covers the patch tokens.
+
+    Examples
+    --------
+    >>> import rotary
+    >>> rotary.vision.mlcd(8).positions(2, 2).tolist()
+    [[0, 0], [0, 1], [1, 0], [1, 1]]
+    """
+    return dataclasses.replace(qwen2_vl(head_dim, base=base, merge=1, angles=angles), name="mlcd")
 
 
 def mixed_frequencies(

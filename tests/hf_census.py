@@ -122,7 +122,10 @@ EXPECTED: dict[str, tuple[str, str]] = {
         "close",
         "complex frequencies (torch.polar): cos/sin within 1 ulp of torch.cos/sin, q/k within 4 ulps",
     ),
-    "mlcd/-": ("skipped", "not a text RoPE (MLCDRotaryEmbedding takes a MLCDVisionConfig)"),
+    "mlcd/-": (
+        "skipped",
+        "not a text RoPE (MLCDRotaryEmbedding takes a MLCDVisionConfig): rotary.hf.vision_rope reads it",
+    ),
     "musicflamingo/-": (
         "skipped",
         "not a text RoPE (MusicFlamingoRotaryEmbedding takes (timestamps, seq_len), not position ids)",

@@ -166,6 +166,31 @@ def test_qwen2_vl_vision_against_transformers(rng):
     assert tower.positions(4, 6)[:4].tolist() == [[0, 0], [0, 1], [1, 0], [1, 1]]  # the first window
 
 
+def test_mlcd_against_transformers(rng):
+    # MLCD's "axial" rope_type (issue 24: refused by from_hf as an unknown rope_type): its vision
+    # tower's 2-D RoPE, patch tokens by grid position and the class token by its learned angles
+    torch = pytest.importorskip("torch")
+    m = pytest.importorskip("transformers.models.mlcd.modeling_mlcd")
+    from transformers import MLCDVisionConfig
+
+    cfg = MLCDVisionConfig(
+        hidden_size=64, num_attention_heads=2, rope_parameters={"rope_type": "axial", "rope_theta": 500.0}
+    )
+    tower = rotary.hf.vision_rope(cfg, angles="float32")
+    assert (tower.name, tower.head_dim, tower.rope.base) == ("mlcd", 32, 500.0)
+    pos = torch.from_numpy(tower.positions(3, 4))  # raster order, as MLCDVisionModel builds pos_ids
+    cos, sin = m.MLCDRotaryEmbedding(cfg)(torch.zeros(1), pos)
+    cls_angles = torch.from_numpy(rng.normal(size=(1, 16)).astype(np.float32))  # class_pos_emb
+    cls = torch.cat([cls_angles, cls_angles], dim=-1)
+    cos, sin = torch.cat([cls.cos(), cos]), torch.cat([cls.sin(), sin])
+    x = torch.from_numpy(rng.normal(size=(1, 13, 2, 32)).astype(np.float32))  # (batch, tokens, heads, dim)
+    want, _ = m.apply_rotary_pos_emb_vision(x, x, cos, sin)
+    patches = tower.rope.rotate(x[:, 1:], pos[:, None, :])
+    first = rotary.learned.rotate(x[:, :1], 1, cls_angles[0])
+    assert torch.equal(patches, want[:, 1:])  # bit for bit (the float32 recipe)
+    assert_close(first, want[:, :1].double().numpy(), like=x, ulps=4)
+
+
 def test_rope_mixed_initialisation_and_rotation_against_the_paper(backend, rng):
     heads, d = 3, 16
     f = rotary.vision.mixed_frequencies(d, heads, seed=0)
@@ -196,7 +221,7 @@ def test_axial_lucidrains_lang_frequencies(rng):
     assert_close(rope.rotate(x, grid), want.double().numpy(), like=x, ulps=16)
 
 
-@pytest.mark.parametrize("kind", ["llama4", "dinov3", "pixtral", "qwen2_vl"])
+@pytest.mark.parametrize("kind", ["llama4", "dinov3", "pixtral", "qwen2_vl", "mlcd"])
 def test_vision_rope_from_hf_configs(kind):
     pytest.importorskip("transformers")
     import transformers as tf
@@ -211,6 +236,7 @@ def test_vision_rope_from_hf_configs(kind):
         "dinov3": lambda: tf.DINOv3ViTConfig(hidden_size=64, num_attention_heads=2, num_register_tokens=4),
         "pixtral": lambda: tf.PixtralVisionConfig(hidden_size=64, num_attention_heads=2, head_dim=32),
         "qwen2_vl": lambda: Qwen2VLVisionConfig(embed_dim=64, num_heads=2),
+        "mlcd": lambda: tf.MLCDVisionConfig(hidden_size=64, num_attention_heads=2),
     }[kind]()
     tower = rotary.hf.vision_rope(cfg)
     assert tower.name == kind and tower.head_dim == 32
