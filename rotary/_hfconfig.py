@@ -221,6 +221,9 @@ _NOT_A_ROTATION = {
 #: height and width frequencies alternate (h, w, h, w...), the temporal ones come last
 #: (Ernie4_5_VLMoeTextRotaryEmbedding's permuted inv_freq and recomposition_frequencies).
 _HW_ALTERNATING = {"ernie4_5_vl_moe": (22, 22, 20)}
+#: NeoMME's rotary embedding: two position rows (height, width) whose pairs alternate, row 0 on
+#: even pairs and row 1 on odd ones (NeoMMERotaryEmbedding.recomposition_frequencies).
+_TWO_ROWS_ALTERNATING = frozenset({"neomme"})
 #: M-RoPE families: default sections and whether the model interleaves them (it ignores the
 #: ``mrope_interleaved`` key: Qwen3-VL always interleaves, Qwen2/2.5-VL never).
 _MROPE = {
@@ -486,6 +489,12 @@ class _Cfg:
         pet = self.d.get("position_embedding_type")
         if pet is not None and pet not in ("rope", "rotary"):
             raise ValueError(f"config has position_embedding_type={pet!r}, not a rotary position embedding")
+        if self.family == "zamba2" and not self.d.get("use_mem_rope", False):
+            # Zamba2Attention rotates only with use_mem_rope (its default is false)
+            raise ValueError(
+                "Zamba2 config has use_mem_rope=false (its default): the shared attention blocks apply no "
+                "position embedding, so there is no RoPE to read"
+            )
         if self.family == "chatglm" and self.d.get("original_rope") is False:
             raise ValueError(
                 "ChatGLM config has original_rope=false, a RoPE variant rotary does not implement"
@@ -959,6 +968,14 @@ def _spec(cfg: _Cfg, p: dict[str, Any], angles: AngleMethod) -> LayerSpec:
                 f"to rotary_dim // 2 = {rotary_dim // 2}, got {(h, w, t)}"
             )
         return LayerSpec(config, (t, h, w), False, (1, 2) * h + (0,) * t)
+    if fam in _TWO_ROWS_ALTERNATING:
+        if rotary_dim % 4:
+            raise ValueError(
+                f"{cfg.model_type!r} alternates its two position rows over the rotated pairs, which needs "
+                f"rotary_dim divisible by 4, got {rotary_dim}"
+            )
+        n = rotary_dim // 4
+        return LayerSpec(config, (n, n), False, (0, 1) * n)
     if fam in _NOT_A_ROTATION:
         return LayerSpec(config)  # text positions (model_spec and mrope_spec refuse the rest)
     sections, interleaved = _mrope(cfg, p)
@@ -1154,7 +1171,7 @@ def _type_spec(cfg: _Cfg, layer_type: str | None, angles: AngleMethod) -> LayerS
         if layer_type not in known:
             raise ValueError(f"layer_type must be one of {sorted(known)}, got {layer_type!r}")
     index = None
-    if types is not None:
+    if types is not None and (layer_type is None or layer_type in types):
         candidates = [i for i, t in enumerate(types) if layer_type in (None, t) and cfg.has_rope(i)]
         if not candidates:
             raise ValueError(f"no layer of type {layer_type!r} applies RoPE in this config")
@@ -1212,7 +1229,7 @@ def mrope_index_options(config: Any) -> dict[str, Any]:
     }
 
 
-def mrope_spec(config: Any, *, angles: AngleMethod = "exact") -> LayerSpec:
+def mrope_spec(config: Any, *, angles: AngleMethod = "exact", layer_type: str | None = None) -> LayerSpec:
     """The M-RoPE :class:`LayerSpec` of a multimodal config (``ValueError`` when it has none)."""
     cfg = _Cfg(config)
     _refuse_not_a_rotation(cfg)
@@ -1220,6 +1237,7 @@ def mrope_spec(config: Any, *, angles: AngleMethod = "exact") -> LayerSpec:
     if (
         cfg.family not in _MROPE
         and cfg.family not in _HW_ALTERNATING
+        and cfg.family not in _TWO_ROWS_ALTERNATING
         and not cfg.has("mrope_section")
         and not any("mrope_section" in d for d in rope_dicts)
     ):
@@ -1227,7 +1245,7 @@ def mrope_spec(config: Any, *, angles: AngleMethod = "exact") -> LayerSpec:
             f"config has no M-RoPE (no mrope_section, and model_type {cfg.model_type!r} is not one of "
             f"{sorted(_MROPE)})"
         )
-    spec = _type_spec(cfg, None, angles)
+    spec = _type_spec(cfg, layer_type, angles)
     if spec.sections is None:  # pragma: no cover - every M-RoPE config above has sections
         raise ValueError("config has no M-RoPE sections")
     return spec

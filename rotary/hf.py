@@ -308,11 +308,12 @@ def rope_for_layer(config: Any, layer_index: int, *, angles: AngleMethod = "exac
     return m.layers[i]
 
 
-def mrope_from_hf(config: Any, *, angles: AngleMethod = "exact") -> MRoPE:
-    """The :class:`~rotary.MRoPE` of a multimodal config (Qwen2-VL, Qwen2.5-VL, Qwen3-VL).
+def mrope_from_hf(config: Any, *, angles: AngleMethod = "exact", layer_type: str | None = None) -> MRoPE:
+    """The :class:`~rotary.MRoPE` of a multimodal config (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, ...).
 
     Sections from ``mrope_section`` (also in the legacy ``rope_scaling: {"type": "mrope"}``),
-    interleaved as the model interleaves them (Qwen3-VL).
+    interleaved as the model interleaves them (Qwen3-VL).  ``layer_type`` picks the layers'
+    RoPE where they differ per layer type (Cohere Compass, NeoMME), as in :func:`from_hf`.
 
     Examples
     --------
@@ -322,7 +323,7 @@ def mrope_from_hf(config: Any, *, angles: AngleMethod = "exact") -> MRoPE:
     >>> rotary.hf.mrope_from_hf(cfg)
     MRoPE(128, sections=(16, 24, 24), rope=RoPE(128, base=1e+06, layout='half'))
     """
-    rope = _build(mrope_spec(config, angles=angles))
+    rope = _build(mrope_spec(config, angles=angles, layer_type=layer_type))
     assert isinstance(rope, MRoPE)
     return rope
 

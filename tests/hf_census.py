@@ -34,6 +34,9 @@ CHECKED_AGAINST = "5.24.0"
 #: (GLM-4.5's published config.json has head_dim 128); ESM's default has no RoPE.
 OVERRIDES: dict[str, dict[str, Any]] = {
     "glm4_moe": {"head_dim": 128},
+    # Zamba2's default leaves its attention without position embedding (use_mem_rope false);
+    # Zyphra's Zamba2-1.2B sets it
+    "zamba2": {"use_mem_rope": True},
     # ESM's default is absolute positions; ESM-2 checkpoints set position_embedding_type="rotary"
     "esm": {"position_embedding_type": "rotary"},
     # GLM-4V's default text config rotates the whole 128-wide head, but its mrope_section [8, 12, 12]
@@ -329,15 +332,17 @@ def _compare(mod: Any, cls: Any, cfg: Any, lt: str | None, gen: Any) -> tuple[st
     r = c.shape[-1]
     if not (_pairs_equal(cos[0][..., : cos.shape[-1]], c) and _pairs_equal(sin[0], s)):
         return "wrong", f"q and k match, cos/sin differ (widths {cos.shape[-1]} and {r} pairs)"
-    # multimodal: three different position rows, as an image's grid gives
+    # multimodal: different position rows, as an image's grid gives (three: (t, h, w); two: (h, w))
     sec = (rp or {}).get("mrope_section") if isinstance(rp, dict) else None
-    rows = [pos, pos // 2 + 7, pos % 5 + pos // 3, pos // 11 + 2][: len(sec) if isinstance(sec, list) else 3]
-    pos3 = torch.stack(rows)
-    try:
-        res3 = emb(torch.zeros(1, N, 8), pos3, **kw)
+    m_rope = False  # a text RoPE that does not take 3-D position ids
+    for n_rows in (len(sec),) if isinstance(sec, list) else (3, 2):
+        pos3 = torch.stack([pos, pos // 2 + 7, pos % 5 + pos // 3, pos // 11 + 2][:n_rows])
+        try:
+            res3 = emb(torch.zeros(1, N, 8), pos3, **kw)
+        except Exception:
+            continue
         m_rope = res3[0].shape == res[0].shape and not torch.equal(res3[0], res[0])
-    except Exception:
-        m_rope = False  # a text RoPE that does not take 3-D position ids
+        break
     mrope = _mrope_of(cfg, lt)
     if m_rope and mrope is None:
         try:

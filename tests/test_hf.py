@@ -529,3 +529,61 @@ def test_mrope_families_read_as_their_rotary_embedding_recomposes():
     assert mrope("qwen3_omni_moe", rope_parameters={"interleaved": True}).interleaved  # Qwen3-Omni's key
     with pytest.raises(ValueError, match="give mrope_interleaved"):
         mrope("my_vl_model", rope_parameters={"mrope_section": [16, 24, 24]})
+
+
+def test_neomme_rotates_two_position_rows_alternately():
+    # Regression (issue 24, the census with 2-D position ids): NeoMME was read as a plain RoPE, but
+    # its rotary embedding takes (height, width) position rows and alternates them over the pairs
+    # (NeoMMERotaryEmbedding.recomposition_frequencies): wrong numbers at image positions.
+    params = {
+        "full_attention": {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+    }
+    cfg = {"model_type": "neomme", "head_dim": 32, "num_attention_heads": 4, "rope_parameters": params}
+    m = rotary.hf.mrope_from_hf(cfg, layer_type="full_attention", angles="float32")
+    assert (m.rotary_dim, m.sections, tuple(m.rows())) == (16, (4, 4), (0, 1) * 4)
+    layers = rotary.hf.model_rope(
+        {**cfg, "num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"]}
+    ).layers
+    assert [type(r) for r in layers] == [rotary.MRoPE, rotary.MRoPE]
+    rows = np.stack([np.arange(6), np.arange(6) % 3 + 10])  # (height, width) of six patches
+    c, s = m.cos_sin(rows, dtype=np.float64)
+    theta = 1e6 ** (-np.arange(0, 16, 2) / 16)
+    want = np.where(np.arange(8) % 2 == 0, rows[0][:, None], rows[1][:, None]) * theta
+    np.testing.assert_allclose(c, np.cos(want), rtol=0, atol=4 * np.finfo(np.float32).eps)
+    np.testing.assert_allclose(s, np.sin(want), rtol=0, atol=4 * np.finfo(np.float32).eps)
+    bad = {**params, "full_attention": {**params["full_attention"], "partial_rotary_factor": 0.3125}}
+    with pytest.raises(ValueError, match="divisible by 4"):
+        rotary.hf.mrope_from_hf({**cfg, "rope_parameters": bad}, layer_type="full_attention")
+
+
+def test_deepseek_v4_rope_labels_as_layer_type():
+    # Regression (issue 24): from_hf(layer_type="main" / "compress") named DeepSeek-V4's two RoPEs
+    # as valid but refused them ("no layer of type 'compress' applies RoPE").
+    cfg = {
+        "model_type": "deepseek_v4",
+        "head_dim": 512,
+        "qk_rope_head_dim": 64,
+        "num_hidden_layers": 2,
+        "layer_types": ["sliding_attention", "heavily_compressed_attention"],
+        "rope_parameters": {
+            "main": {"rope_type": "default", "rope_theta": 10000.0},
+            "compress": {"rope_type": "default", "rope_theta": 160000.0},
+        },
+    }
+    main = rotary.hf.from_hf(cfg, layer_type="main")
+    compress = rotary.hf.from_hf(cfg, layer_type="compress")
+    assert (main.base, compress.base) == (10000.0, 160000.0)
+    assert repr(main) == repr(rotary.hf.from_hf(cfg, layer_type="sliding_attention"))
+    assert repr(compress) == repr(rotary.hf.from_hf(cfg, layer_type="heavily_compressed_attention"))
+
+
+def test_zamba2_without_mem_rope_has_no_rope():
+    # Regression (issue 24, the tiny-model swap): Zamba2 rotates only with use_mem_rope=true (its
+    # default is false: Zamba2Attention applies no position embedding), but rotary read a RoPE.
+    cfg = {"model_type": "zamba2", "hidden_size": 64, "num_attention_heads": 4, "attention_head_dim": 32}
+    with pytest.raises(ValueError, match="use_mem_rope=false"):
+        rotary.hf.from_hf(cfg)
+    with pytest.raises(ValueError, match="use_mem_rope=false"):
+        rotary.hf.from_hf({**cfg, "use_mem_rope": False})
+    assert rotary.hf.from_hf({**cfg, "use_mem_rope": True}).head_dim == 32
