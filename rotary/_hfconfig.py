@@ -1243,7 +1243,7 @@ def mrope_spec(config: Any, *, angles: AngleMethod = "exact", layer_type: str | 
     ):
         raise ValueError(
             f"config has no M-RoPE (no mrope_section, and model_type {cfg.model_type!r} is not one of "
-            f"{sorted(_MROPE)})"
+            f"{sorted({*_MROPE, *_HW_ALTERNATING, *_TWO_ROWS_ALTERNATING})})"
         )
     spec = _type_spec(cfg, layer_type, angles)
     if spec.sections is None:  # pragma: no cover - every M-RoPE config above has sections
