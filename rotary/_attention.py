@@ -91,8 +91,8 @@ def attention(
         statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
         # JAX outside a trace: positions checked here, then the whole call as one compiled
         # program (no Python scalar moves to the device)
-        p = eager_positions(be, pos, "pos", q)
-        kp = eager_positions(be, k_pos, "k_pos", k)
+        p = eager_positions(be, pos, "pos", q, "q")
+        kp = eager_positions(be, k_pos, "k_pos", k, "k")
         return be.jit(_attention_jit, (0,))(statics, q, k, v, p, kp, mask)
     chk.check_qkv(arrays)
     be.check_dense([("q", q), ("k", k), ("v", v)])

@@ -73,6 +73,15 @@ class RopeConfig:
             object.__setattr__(self, "_hash", h)
         return int(h)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the memoised hash stays behind: string hashes differ between processes, so a pickled
+        # one would be stale (equal configurations hashing differently)
+        return {k: val for k, val in self.__dict__.items() if k != "_hash"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, val in state.items():
+            object.__setattr__(self, k, val)
+
     @property
     def rotated(self) -> int:
         """``rotary_dim`` (normalised to an int on construction)."""

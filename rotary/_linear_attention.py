@@ -333,7 +333,7 @@ def linear_attention_state(
     statics: tuple[Any, ...] = (rope, feature_map, similarity)
     if be.jit_eagerly() and _jittable(statics):
         statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
-        p = eager_positions(be, pos, "pos", k)
+        p = eager_positions(be, pos, "pos", k, "k")
         S, z = be.jit(_state_jit, (0,))(statics, k, v, p, key_mask)
         return LinearAttentionState(S, z, k.shape[-2])
     chunk, _ = _prepare(None, k, v, pos, None, rope, feature_map, similarity, 1.0, key_mask, None, xp)
@@ -530,8 +530,8 @@ def linear_attention(
         statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
         # JAX outside a trace: positions checked here, then the whole call as one compiled
         # program (no Python scalar moves to the device)
-        p = eager_positions(be, pos, "pos", q)
-        kp = eager_positions(be, k_pos, "k_pos", k)
+        p = eager_positions(be, pos, "pos", q, "q")
+        kp = eager_positions(be, k_pos, "k_pos", k, "k")
         S0 = z0 = None
         off0: Any = 0
         if state is not None:

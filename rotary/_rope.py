@@ -453,17 +453,17 @@ class RoPE(Rotary):
         >>> rotary.RoPE(8).inv_freq()
         array([1.   , 0.1  , 0.01 , 0.001])
         """
-        w = self.config.host_inv_freq()
         if xp is None:
             if device is not None or dtype is not None:
                 raise ValueError("device= and dtype= need xp=")
-            return w
+            return self.config.host_inv_freq()
         xp = as_namespace(xp)
         be = backend_for(xp)
         dtype = be.widest_float(device) if dtype is None else dtype
         if not v.is_floating(dtype):
             raise TypeError(f"dtype must be a real floating dtype, got {v.dtype_name(dtype)}")
-        return xp.asarray(np.array(w), dtype=dtype, device=device)
+        # (computed for real even inside a trace: the correctly rounded values are host work)
+        return xp.asarray(be.eager(_host_inv_freq, self.config), dtype=dtype, device=device)
 
     # -- angles --------------------------------------------------------------------------------
     @property
@@ -500,14 +500,8 @@ class RoPE(Rotary):
         out = self._fused(be, x, None, p)
         if out is not None:
             return out[0]
-        if not self.config.scaling.dynamic and be.wants_custom_grad(x):
-            # the gradient is the rotation at -p: autograd keeps the positions, not cos/sin
-            neg = be.negated(p)
-            return be.custom_grad(
-                lambda a: (Rotary._rotate(self, be, a, p, rng, dev),),
-                lambda g: (Rotary._rotate(self, be, g, neg, None, dev),),
-                x,
-            )[0]
+        if self._custom_grad_ok(p) and be.wants_custom_grad((x,), (p,)):
+            return self._custom_grad(be, (x,), p, rng, dev)[0]
         return super()._rotate(be, x, p, rng, dev)
 
     def _rotate_both(
@@ -516,15 +510,37 @@ class RoPE(Rotary):
         out = self._fused(be, q, k, p)
         if out is not None:
             return out
-        if not self.config.scaling.dynamic and be.wants_custom_grad(q, k):
-            neg = be.negated(p)
-            return be.custom_grad(
-                lambda a, b: Rotary._rotate_both(self, be, a, b, p, rng, dev),
-                lambda ga, gb: Rotary._rotate_both(self, be, ga, gb, neg, None, dev),
-                q,
-                k,
-            )
+        if self._custom_grad_ok(p) and be.wants_custom_grad((q, k), (p,)):
+            qr, kr = self._custom_grad(be, (q, k), p, rng, dev)
+            return qr, kr
         return super()._rotate_both(be, q, k, p, rng, dev)
+
+    def _custom_grad_ok(self, p: Array) -> bool:
+        """The custom backward's rotation at ``-p`` has exactly the forward's cos and ``-sin``:
+        static angles at integer positions (a fractional position's exact angle at ``-p`` splits
+        into other digits, an ulp away).  Elsewhere the generic code's autograd."""
+        return not self.config.scaling.dynamic and v.is_integral(p.dtype)
+
+    def _custom_grad(
+        self, be: Backend, xs: tuple[Array, ...], p: Array, rng: Range, dev: Device
+    ) -> tuple[Array, ...]:
+        """``xs`` rotated with the custom backward (the gradient is the rotation at ``-p``:
+        autograd keeps the positions, not cos/sin).  Only the rotated features go through it; the
+        rest are joined after, where autograd records the join (so the backward is a whole-width
+        rotation, which batches under every vmap, legacy included)."""
+        r, neg = self._width, be.negated(p)
+        heads = tuple(x if x.shape[-1] == r else x[..., :r] for x in xs)
+
+        def rot(args: tuple[Array, ...], at: Array, at_rng: Range) -> tuple[Array, ...]:
+            if len(args) == 2:
+                return Rotary._rotate_both(self, be, args[0], args[1], at, at_rng, dev)
+            return (Rotary._rotate(self, be, args[0], at, at_rng, dev),)
+
+        out = be.custom_grad(lambda *a: rot(a, p, rng), lambda *g: rot(g, neg, None), *heads)
+        return tuple(
+            o if x.shape[-1] == r else be.xp.concat([o, x[..., r:]], axis=-1)
+            for o, x in zip(out, xs, strict=True)
+        )
 
     def _pair_cos_sin(
         self, pos: Array, be: Backend, dev: Device, dtype: DType, rng: Range
@@ -565,6 +581,10 @@ def _static_cos_sin(
             c, s = xp.astype(c, dtype), xp.astype(s, dtype)
         return c, s
     return be.exact_cos_sin(pos, build_constant, cfg, device=dev, dtype=dtype, rng=rng)
+
+
+def _host_inv_freq(config: RopeConfig) -> np.ndarray:
+    return config.host_inv_freq()
 
 
 def _fields_of_items(items: tuple[tuple[str, Any], ...]) -> tuple[str, tuple[Any, ...]]:
@@ -610,12 +630,15 @@ def rope_of(
     return get_or_build(key, lambda: (build(), 1024), "ropes")
 
 
-def eager_positions(be: Backend, pos: Any, name: str, x: Array) -> Any:
+def eager_positions(be: Backend, pos: Any, name: str, x: Array, x_name: str) -> Any:
     """``pos`` (``None`` kept) as an array of ``x``'s library beside it, its values checked
-    where they can be read: what an entry point does before compiling the rest of the call."""
+    where they can be read, on ``x``'s device (``ValueError`` naming both otherwise): what an
+    entry point does before compiling the rest of the call."""
     if pos is None:
         return None
     be.position_shape(pos, name=name)
+    if is_array(pos) and library_name(array_namespace(pos)) == be.name:
+        be.check_devices([(x_name, x), (name, pos)])
     return be.positions(pos, name=name, device=be.creation_device(x))[0]
 
 

@@ -208,6 +208,23 @@ class ModelRope:
     rope_slice: tuple[int, int] | None
     notes: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.attention, types.MappingProxyType):
+            object.__setattr__(self, "attention", types.MappingProxyType(dict(self.attention)))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # (a mapping proxy does not pickle: the settings travel as a dict)
+        fields = (self.model_type, self.layer_types, self.layers, dict(self.attention))
+        return (type(self), (*fields, self.rope_slice, self.notes))
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and all(
+            getattr(self, f.name) == getattr(other, f.name) for f in dataclasses.fields(self)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.model_type, self.layer_types, self.layers, self.rope_slice, self.notes))
+
     def query_scale(self, layer_index: int, positions: Array) -> Array | None:
         """The factor that layer ``layer_index`` multiplies its queries by at ``positions``, a
         float32 array of their shape, or ``None`` where the layer scales none.
@@ -276,12 +293,7 @@ def model_rope(config: Any, *, angles: AngleMethod = "exact") -> ModelRope:
             built[id(s)] = _build(s)
         layers.append(built[id(s)])
     return ModelRope(
-        spec.model_type,
-        spec.layer_types,
-        tuple(layers),
-        types.MappingProxyType(dict(spec.attention)),
-        spec.rope_slice,
-        spec.notes,
+        spec.model_type, spec.layer_types, tuple(layers), dict(spec.attention), spec.rope_slice, spec.notes
     )
 
 

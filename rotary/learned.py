@@ -102,7 +102,7 @@ def cos_sin(pos: Any, freqs: Array, *, dtype: DType = None) -> tuple[Array, Arra
     xp = array_namespace(freqs)
     _check_freqs(freqs, xp)
     be = backend_for(xp)
-    p = eager_positions(be, pos, "pos", freqs)
+    p = eager_positions(be, pos, "pos", freqs, "freqs")
     dt = be.compute_dtype(freqs.dtype) if dtype is None else dtype
     return _cos_sin(xp, p, freqs, dt)
 
@@ -164,7 +164,7 @@ def rotate(
     v.check_array(x, "x")
     _check_freqs(freqs, xp)
     layout = v.check_layout_name(layout)
-    p = eager_positions(backend_for(xp), pos, "pos", x)
+    p = eager_positions(backend_for(xp), pos, "pos", x, "x")
     return _rotate(x, p, freqs, layout, rotary_dim, xp, None)
 
 
@@ -231,8 +231,8 @@ def apply(
     _check_freqs(freqs, xp)
     layout = v.check_layout_name(layout)
     be = backend_for(xp)
-    p = eager_positions(be, pos, "pos", q)
-    kp = p if k_pos is None else eager_positions(be, k_pos, "k_pos", k)
+    p = eager_positions(be, pos, "pos", q, "q")
+    kp = p if k_pos is None else eager_positions(be, k_pos, "k_pos", k, "k")
     qs = ks = None
     if xpos_scale_base is not None:
         if freqs.ndim != 1:

@@ -302,6 +302,12 @@ def mrope_position_ids(
         Integer arrays of the namespace and device of ``token_types``, shapes
         ``(3, batch, seq)`` and ``(batch, 1)``.
 
+    Notes
+    -----
+    Host work on the prompt's layout (its values decide the shapes of the grids): not traceable,
+    so a ``TypeError`` inside ``torch.compile`` or ``jax.jit``.  Call it where the prompt is
+    prepared, as ``transformers`` calls ``get_rope_index``; the rotation that uses the ids compiles.
+
     Examples
     --------
     >>> import numpy as np
@@ -317,6 +323,11 @@ def mrope_position_ids(
     """
     xp = _namespace(token_types, None)
     be = backend_for(xp)
+    if be.tracing():
+        raise TypeError(
+            "mrope_position_ids reads the prompt's token layout on the host (as transformers' "
+            "get_rope_index does): call it outside torch.compile / jax.jit and pass the position ids in"
+        )
     tt = np.asarray(to_numpy(token_types))
     if tt.ndim != 2 or not np.issubdtype(tt.dtype, np.integer):
         raise ValueError(

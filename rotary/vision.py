@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from .multiaxis import AxialRoPE
 from .scaling import Frequencies
 
 __all__ = [
+    "Grid",
     "VisionRoPE",
     "augment",
     "dinov3",
@@ -63,9 +64,76 @@ __all__ = [
 ]
 
 
+GridKind = Literal["raster", "eva02", "pixel", "dinov3", "llama4", "merge"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """The patch coordinates of a tower, as plain values (hashable, picklable, and a constant of a
+    ``torch.compile`` trace); called as ``grid(h, w)``, it returns them ``(tokens, 2)``.
+
+    ``kind``: ``"raster"`` (integer ``(row, col)``), ``"eva02"`` (raster plus ``offset``, rescaled
+    to ``ref_shape``), ``"pixel"`` (``linspace(-1, 1)`` per axis), ``"dinov3"`` (``2 pi`` times
+    the patch centres in ``[-1, 1]``, after ``prefix_tokens`` at 0), ``"llama4"`` (``(col + 1,
+    row + 1)``, then the CLS token at ``(0, 0)``), ``"merge"`` (raster in ``merge x merge``
+    windows).
+    """
+
+    kind: GridKind
+    offset: float = 0.0
+    ref_shape: tuple[float, float] | None = None
+    prefix_tokens: int = 0
+    merge: int = 1
+
+    def __call__(self, h: int, w: int) -> np.ndarray:
+        if self.kind == "eva02":
+            r, c = _grid(h, w)
+            if self.offset == 0.0 and self.ref_shape is None:
+                return np.stack([r, c], axis=-1)
+            rr, cc = r + self.offset, c + self.offset
+            if self.ref_shape is not None:
+                rr, cc = rr / h * self.ref_shape[0], cc / w * self.ref_shape[1]
+            return np.stack([rr, cc], axis=-1).astype(np.float64)
+        if self.kind == "pixel":
+            rows, cols = np.meshgrid(np.linspace(-1.0, 1.0, h), np.linspace(-1.0, 1.0, w), indexing="ij")
+            return np.stack([rows.reshape(-1), cols.reshape(-1)], axis=-1)
+        if self.kind == "dinov3":
+            ch, cw = (np.arange(0.5, h) / h) * 2.0 - 1.0, (np.arange(0.5, w) / w) * 2.0 - 1.0
+            rows, cols = np.meshgrid(ch, cw, indexing="ij")
+            patches = 2.0 * math.pi * np.stack([rows.reshape(-1), cols.reshape(-1)], axis=-1)
+            return np.concatenate([np.zeros((self.prefix_tokens, 2)), patches])
+        if self.kind == "llama4":
+            r, c = _grid(h, w)
+            return np.concatenate([np.stack([c + 1, r + 1], axis=-1), np.zeros((1, 2), dtype=np.int64)])
+        if self.kind == "merge":
+            m = self.merge
+            if h % m or w % m:
+                raise ValueError(f"h and w must be multiples of merge={m}, got {h} x {w}")
+            r, c = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+
+            def order(a: np.ndarray) -> np.ndarray:
+                return a.reshape(h // m, m, w // m, m).transpose(0, 2, 1, 3).reshape(-1)
+
+            return np.stack([order(r), order(c)], axis=-1)
+        r, c = _grid(h, w)
+        return np.stack([r, c], axis=-1)
+
+
+def _grid_positions(grid: Callable[[int, int], np.ndarray], h: int, w: int, float64: bool) -> np.ndarray:
+    """``grid(h, w)``; fractional coordinates in float32 where the data's device has no float64
+    (the towers compute their coordinates in float32 themselves)."""
+    pos = grid(h, w)
+    return pos.astype(np.float32) if pos.dtype.kind == "f" and not float64 else pos
+
+
 @dataclasses.dataclass(frozen=True)
 class VisionRoPE:
-    """A vision tower's RoPE: the axial rotation and the coordinates of its tokens."""
+    """A vision tower's RoPE: the axial rotation and the coordinates of its tokens.
+
+    ``grid`` is a :class:`Grid` for the towers here; any callable ``(h, w) -> (tokens, 2)``
+    NumPy array works eagerly and under ``jax.jit`` (under ``torch.compile`` a :class:`Grid`,
+    whose plain values the trace can hold, is needed).
+    """
 
     name: str
     rope: AxialRoPE
@@ -79,15 +147,12 @@ class VisionRoPE:
         """Coordinates ``(tokens, 2)`` of an ``h x w`` patch grid, in the model's token order."""
         return self.grid(v.check_int(h, "h", minimum=1), v.check_int(w, "w", minimum=1))
 
-    def _positions_for(self, x: Array, h: int, w: int) -> np.ndarray:
-        """The grid's coordinates; fractional ones in float32 on a device without float64 (the
-        towers compute their coordinates in float32 themselves)."""
-        pos = self.positions(h, w)
-        if pos.dtype.kind == "f":
-            be = backend_for(array_namespace(x))
-            if not be.has_float64(be.creation_device(x)):
-                pos = pos.astype(np.float32)
-        return pos
+    def _positions_for(self, x: Array, h: int, w: int) -> Any:
+        """The grid's coordinates for data ``x``, host values computed for real even inside a
+        trace (:meth:`~rotary._backends.Backend.eager`)."""
+        h, w = v.check_int(h, "h", minimum=1), v.check_int(w, "w", minimum=1)
+        be = backend_for(array_namespace(x))
+        return be.eager(_grid_positions, self.grid, h, w, be.has_float64(be.creation_device(x)))
 
     def rotate(self, x: Array, h: int, w: int) -> Array:
         """Rotate tokens ``(..., tokens, head_dim)`` of an ``h x w`` grid."""
@@ -96,6 +161,15 @@ class VisionRoPE:
     def apply(self, q: Array, k: Array, h: int, w: int) -> tuple[Array, Array]:
         """Rotate queries and keys of an ``h x w`` grid."""
         return self.rope.apply(q, k, self._positions_for(q, h, w))
+
+
+def _linspace(start: float, stop: float, n: int) -> list[float]:
+    """``numpy.linspace(start, stop, n)`` in Python floats, the same operations (``i * step +
+    start``, the last value ``stop``): construction inside a ``torch.compile`` trace runs no NumPy."""
+    if n <= 1:
+        return [start] * n
+    step = (stop - start) / (n - 1)
+    return [i * step + start for i in range(n - 1)] + [stop]
 
 
 def _grid(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
@@ -121,17 +195,8 @@ def eva02(
     """EVA-02 / timm ``RotaryEmbeddingCat(in_pixels=False)``: integer ``(row, col)`` coordinates
     plus ``grid_offset``, rescaled to ``ref_shape`` (EVA's fine-tuning at another resolution:
     ``t * ref / size``); each axis a 1-D RoPE of ``head_dim / 2`` features, interleaved pairs."""
-    off = float(grid_offset)
-
-    def grid(h: int, w: int) -> np.ndarray:
-        r, c = _grid(h, w)
-        if off == 0.0 and ref_shape is None:
-            return np.stack([r, c], axis=-1)
-        rr, cc = r + off, c + off
-        if ref_shape is not None:
-            rr, cc = rr / h * ref_shape[0], cc / w * ref_shape[1]
-        return np.stack([rr, cc], axis=-1).astype(np.float64)
-
+    ref = None if ref_shape is None else (ref_shape[0], ref_shape[1])
+    grid = Grid("eva02", offset=float(grid_offset), ref_shape=ref)
     return VisionRoPE("eva02", _axial(head_dim, "interleaved", base, angles), grid)
 
 
@@ -150,18 +215,14 @@ def pixel(
     d = v.check_head_dim(head_dim)
     r = v.check_rotary_dim(rotary_dim, d)
     n = r // 4
+    mf = v.check_float(max_freq, "max_freq", above=0.0)
     if linear_bands:
-        bands = np.linspace(1.0, max_freq / 2, n)
+        bands = _linspace(1.0, mf / 2, n)
     else:
-        bands = 2.0 ** np.linspace(0.0, math.log2(max_freq) - 1, n)
-    sc = Frequencies(tuple(float(b) for b in bands * math.pi))
+        bands = [2.0**b for b in _linspace(0.0, math.log2(mf) - 1, n)]
+    sc = Frequencies(tuple(b * math.pi for b in bands))
     rope = AxialRoPE(d, 2, layout="interleaved", rotary_dim=r, angles=angles, scaling=sc)
-
-    def grid(h: int, w: int) -> np.ndarray:
-        rows, cols = np.meshgrid(np.linspace(-1.0, 1.0, h), np.linspace(-1.0, 1.0, w), indexing="ij")
-        return np.stack([rows.reshape(-1), cols.reshape(-1)], axis=-1)
-
-    return VisionRoPE("pixel", rope, grid)
+    return VisionRoPE("pixel", rope, Grid("pixel"))
 
 
 def augment(
@@ -209,13 +270,7 @@ def dinov3(
     per axis, times ``2 pi`` (the angle is ``2 pi * coord * base**(-4j/d)``); half layout;
     the ``prefix_tokens`` (CLS and registers) come first and are not rotated (coordinate 0).
     For training, pass :func:`augment`-ed coordinates to ``rope.rotate`` (times ``2 pi``)."""
-
-    def grid(h: int, w: int) -> np.ndarray:
-        ch, cw = (np.arange(0.5, h) / h) * 2.0 - 1.0, (np.arange(0.5, w) / w) * 2.0 - 1.0
-        rows, cols = np.meshgrid(ch, cw, indexing="ij")
-        patches = 2.0 * math.pi * np.stack([rows.reshape(-1), cols.reshape(-1)], axis=-1)
-        return np.concatenate([np.zeros((prefix_tokens, 2)), patches])
-
+    grid = Grid("dinov3", prefix_tokens=v.check_int(prefix_tokens, "prefix_tokens", minimum=0))
     return VisionRoPE("dinov3", _axial(head_dim, "half", base, angles), grid)
 
 
@@ -223,12 +278,7 @@ def llama4(head_dim: int, *, base: float = 10000.0, angles: AngleMethod = "exact
     """Llama 4 vision (``Llama4VisionRotaryEmbedding``): coordinates ``(col + 1, row + 1)`` of the
     patches, then the CLS token (last) at ``(0, 0)`` (not rotated); interleaved pairs, each axis
     a 1-D RoPE of ``head_dim / 2`` features (the x pairs first)."""
-
-    def grid(h: int, w: int) -> np.ndarray:
-        r, c = _grid(h, w)
-        return np.concatenate([np.stack([c + 1, r + 1], axis=-1), np.zeros((1, 2), dtype=np.int64)])
-
-    return VisionRoPE("llama4", _axial(head_dim, "interleaved", base, angles), grid)
+    return VisionRoPE("llama4", _axial(head_dim, "interleaved", base, angles), Grid("llama4"))
 
 
 def pixtral(head_dim: int, *, base: float = 10000.0, angles: AngleMethod = "exact") -> VisionRoPE:
@@ -236,15 +286,11 @@ def pixtral(head_dim: int, *, base: float = 10000.0, angles: AngleMethod = "exac
     of ``head_dim`` features, the even ones to the rows and the odd ones to the columns; half
     layout."""
     d = v.check_head_dim(head_dim)
-    f = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
-    even, odd = (Frequencies(tuple(float(x) for x in f[i::2])) for i in (0, 1))
+    b = v.check_base(base)
+    f = [b ** (-float(j) / d) for j in range(0, d, 2)]  # (Python floats: a trace folds them)
+    even, odd = (Frequencies(tuple(f[i::2])) for i in (0, 1))
     rope = _axial(d, "half", base, angles, scaling=(even, odd))
-
-    def grid(h: int, w: int) -> np.ndarray:
-        r, c = _grid(h, w)
-        return np.stack([r, c], axis=-1)
-
-    return VisionRoPE("pixtral", rope, grid)
+    return VisionRoPE("pixtral", rope, Grid("raster"))
 
 
 def qwen2_vl(
@@ -253,18 +299,7 @@ def qwen2_vl(
     """Qwen2-VL's vision encoder (``VisionRotaryEmbedding``): ``(row, col)`` with tokens in
     ``merge x merge`` windows (the order of its patch merger); half layout."""
     m = v.check_int(merge, "merge", minimum=1)
-
-    def grid(h: int, w: int) -> np.ndarray:
-        if h % m or w % m:
-            raise ValueError(f"h and w must be multiples of merge={m}, got {h} x {w}")
-        r, c = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
-
-        def order(a: np.ndarray) -> np.ndarray:
-            return a.reshape(h // m, m, w // m, m).transpose(0, 2, 1, 3).reshape(-1)
-
-        return np.stack([order(r), order(c)], axis=-1)
-
-    return VisionRoPE("qwen2_vl", _axial(head_dim, "half", base, angles), grid)
+    return VisionRoPE("qwen2_vl", _axial(head_dim, "half", base, angles), Grid("merge", merge=m))
 
 
 def mlcd(head_dim: int, *, base: float = 10000.0, angles: AngleMethod = "exact") -> VisionRoPE:

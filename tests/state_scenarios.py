@@ -226,6 +226,136 @@ def _default_device_meta(cfg: Config) -> None:
     _check(one, q[:, :, :1], np.array([5]), cfg)
 
 
+def _make_fx(cfg: Config) -> None:
+    """``make_fx(tracing_mode="symbolic")`` (issue 28, reproduction 5: a real index tensor made
+    from the positions inside the trace; the graph then held a fake table)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    # (13 tokens: make_fx gives sizes equal to another one the same symbol, e.g. 16 == head_dim)
+    q, k, pos = _qkp(cfg, n=13)
+    g = make_fx(lambda a, b, p: _rope(cfg).apply(a, b, p), tracing_mode="symbolic")(q, k, pos)
+    one = make_fx(lambda a, p: rotary.rotate(a, p, **_opts(cfg)), tracing_mode="symbolic")(
+        q[:, :, :1], pos[:1]
+    )
+    for n, seed in ((16, 0), (23, 1)):
+        q, k, pos = _qkp(cfg, n=n, seed=seed)
+        qr, kr = g(q, k, pos)
+        _check(qr, q, pos, cfg)
+        _check(kr, k, pos, cfg)
+    _check(one(q[:, :, :1], pos[:1] + 4096), q[:, :, :1], pos[:1] + 4096, cfg)
+
+
+def _export_save_load(cfg: Config, strict: bool) -> None:
+    """``torch.export`` -> ``save`` -> ``load`` -> run (issue 28, reproduction 6: a cold
+    non-strict export recorded an empty grad-mode region that ``save`` refused)."""
+    import io
+
+    import torch
+
+    class M(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rope = rotary.RoPE(**cfg)
+
+        def forward(self, q: Any, k: Any, pos: Any) -> Any:
+            return self.rope.apply(q, k, pos)
+
+    q, k, pos = _qkp(cfg)
+    buf = io.BytesIO()
+    torch.export.save(torch.export.export(M(), (q, k, pos), strict=strict), buf)
+    buf.seek(0)
+    qr, kr = torch.export.load(buf).module()(q, k, pos)
+    _check(qr, q, pos, cfg)
+    _check(kr, k, pos, cfg)
+
+
+def _forward_ad(cfg: Config) -> None:
+    """Forward-mode AD (issue 28, reproduction 3: the ``out=`` kernels have no forward formula)."""
+    import torch.autograd.forward_ad as fwad
+
+    q, k, pos = _qkp(cfg)
+    with fwad.dual_level():
+        qr, _kr = _rope(cfg).apply(fwad.make_dual(q, k[:, :1].expand_as(q)), k, pos)
+        one = rotary.rotate(fwad.make_dual(q[:, :, :1], q[:, :, 1:2]), pos[:1], **_opts(cfg))
+        tq, t1 = fwad.unpack_dual(qr).tangent, fwad.unpack_dual(one).tangent
+    _check(qr.detach(), q, pos, cfg)
+    _check(tq, k[:, :1].expand_as(q), pos, cfg)  # linear in the data: the tangent rotates too
+    _check(t1, q[:, :, 1:2], pos[:1], cfg)
+
+
+def _grads_batched(cfg: Config) -> None:
+    """Batched gradients (issue 28, reproduction 4: legacy vmap has no rule for ``add.out``)."""
+    import torch
+
+    q, k, pos = _qkp(cfg, n=4)
+    x = q.clone().requires_grad_(True)
+    y = _rope(cfg).rotate(x, pos)
+    cot = torch.stack([k[:, :1].expand_as(q), q.flip(-1)])
+    g = torch.autograd.grad(y, x, cot, is_grads_batched=True)[0]
+    for b in range(2):
+        assert_close(g[b], oracle(cot[b], pos, cfg, sign=-1.0), like=q)
+    jac = torch.autograd.functional.jacobian(
+        lambda a: rotary.rotate(a, pos[:2], **_opts(cfg)), q[0, 0, :2], vectorize=True
+    )
+    w = k[0, 0, :2]
+    assert_close((jac * w).sum((-2, -1)), oracle(w, pos[:2], cfg), like=q)  # J w = R w
+
+
+def _position_grad(cfg: Config) -> None:
+    """Gradients in fractional positions, with and without the data's (issue 28, reproductions
+    1 and 2: the custom backward dropped them, and the mixed second derivative)."""
+    import torch
+
+    q, k, _pos = _qkp(cfg, n=5)
+    x64 = q.double()
+    w = k[:, :1].expand_as(q).double()
+    p = torch.linspace(0.5, 700.5, 5, dtype=torch.float64)
+    for x_grad in (True, False):
+        x = x64.clone().requires_grad_(x_grad)
+        pp = p.clone().requires_grad_(True)
+        (_rope(cfg).rotate(x, pp) * w).sum().backward()
+        h = 1e-6
+        fd = [
+            float(((oracle(x64, p + h * e, cfg) - oracle(x64, p - h * e, cfg)) * w.numpy()).sum() / (2 * h))
+            for e in np.eye(5)
+        ]
+        assert np.allclose(pp.grad.numpy(), fd, rtol=1e-6, atol=1e-6), (pp.grad, fd)
+    x = x64.clone().requires_grad_(True)
+    pp = p.clone().requires_grad_(True)
+    gx = torch.autograd.grad((_rope(cfg).rotate(x, pp) * w).sum(), x, create_graph=True)[0]
+    mixed = torch.autograd.grad((gx * w).sum(), pp)[0]
+    with rotary.fast_paths(False):
+        x2, p2 = x64.clone().requires_grad_(True), p.clone().requires_grad_(True)
+        g2 = torch.autograd.grad((_rope(cfg).rotate(x2, p2) * w).sum(), x2, create_graph=True)[0]
+        want = torch.autograd.grad((g2 * w).sum(), p2)[0]
+    assert torch.equal(mixed, want), (mixed, want)
+
+
+def _compile_modules(cfg: Config) -> None:
+    """``torch.compile(fullgraph=True)`` of ``LearnedRoPE`` and the vision towers (issue 28,
+    reproductions 7 and 8)."""
+    import torch
+
+    from rotary.modules.torch import LearnedRoPE
+
+    q, k, pos = _qkp(cfg)
+    m = LearnedRoPE(_rope(cfg))
+    qr, _kr = torch.compile(m, fullgraph=True, backend="aot_eager")(q, k, pos)
+    _check(qr, q, pos, cfg, ulps=1024)  # (trained frequencies: angles formed in float32)
+    d = cfg["head_dim"]
+    for name in ("eva02", "pixel", "dinov3", "llama4", "pixtral", "qwen2_vl", "mlcd"):
+        torch._dynamo.reset()  # (one code object compiled for seven towers: no recompile limit)
+        tower = getattr(rotary.vision, name)(d)
+        n = tower.positions(4, 4).shape[0]
+        x = _t(_rng(3).normal(size=(1, 2, n, d)).astype(np.float32))
+        got = torch.compile(
+            lambda a, nm=name: getattr(rotary.vision, nm)(d).rotate(a, 4, 4),
+            fullgraph=True,
+            backend="aot_eager",
+        )(x)
+        assert torch.equal(got, tower.rotate(x, 4, 4)), name
+
+
 def _jnp(a: np.ndarray) -> Any:
     import jax.numpy as jnp
 
@@ -297,6 +427,22 @@ def _transfer_guard(cfg: Config) -> None:
     assert_close(s, want[1], like=s)
 
 
+def _transfer_guard_cold_apply(cfg: Config) -> None:
+    """Issue 28, reproduction 10: after a warm ``rotate``, the first ``apply`` under
+    ``jax.transfer_guard("disallow")`` built a constant with an implicit transfer."""
+    import jax
+
+    x, p = _jqp(cfg)
+    rope = _rope(cfg)
+    rope.rotate(x, p)
+    with jax.transfer_guard("disallow"):
+        qr, _kr = rope.apply(x, x, p)
+        _c, _s = rope.cos_sin(p)
+        lin = rotary.linear_attention(x, x, x, p, rope=rope, causal=True)
+    _check(qr, x, p, cfg)
+    assert lin.shape == x.shape
+
+
 def _threads(cfg: Config) -> None:
     errors: list[str] = []
 
@@ -364,10 +510,20 @@ CONTEXTS: dict[str, Callable[[Config], None]] = {
     "threads": _threads,
     "cache_limit_0": _cache_limit_0,
     "clear_cache": _clear,
+    "make_fx_symbolic": _make_fx,
+    "export_save_load": lambda c: _export_save_load(c, strict=False),
+    "export_save_load_strict": lambda c: _export_save_load(c, strict=True),
+    "forward_ad": _forward_ad,
+    "grads_batched": _grads_batched,
+    "position_grad": _position_grad,
+    "compile_modules": _compile_modules,
+    "transfer_guard_cold_apply": _transfer_guard_cold_apply,
 }
 
 #: Contexts that need JAX (skipped where it is not installed).
-JAX_CONTEXTS = frozenset({"jax_jit", "jax_vmap", "jax_grad", "jax_export", "transfer_guard"})
+JAX_CONTEXTS = frozenset(
+    {"jax_jit", "jax_vmap", "jax_grad", "jax_export", "transfer_guard", "transfer_guard_cold_apply"}
+)
 
 
 # -- eager follow-ups ----------------------------------------------------------------------------

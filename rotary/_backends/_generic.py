@@ -87,6 +87,16 @@ class Backend:
         """The named arrays share one device (``ValueError`` naming them otherwise)."""
         v.check_same_device([(n, _device(a)) for n, a in arrays])
 
+    # -- fast paths ----------------------------------------------------------------------------
+    def fast(self, *inputs: Any, grads: tuple[Any, ...] = ()) -> bool:
+        """May a fast path run on ``inputs`` here?  Each library's one eligibility test, an
+        allowlist of the arrays and contexts where its fast paths are proven to compute the
+        generic code's result (``tests/test_fast_paths.py``, ``tests/test_transforms.py``);
+        ``grads``: inputs autograd may record because the fast path provides their gradient.
+        Here: :func:`rotary.fast_paths` on, outside a trace (the generic fast paths read
+        position values)."""
+        return fast_paths_enabled() and not self.tracing()
+
     # -- values --------------------------------------------------------------------------------
     def is_concrete(self, x: Array) -> bool:
         """``x``'s values can be read now, cheaply and without breaking a trace."""
@@ -172,8 +182,9 @@ class Backend:
 
     def eager(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` run for real, even inside a trace (``torch.compile`` sees the result
-        as a constant); ``fn`` must return plain values (strings, numbers, tuples of them) or
-        an array."""
+        as a constant); ``fn`` must return plain values (strings, numbers, tuples of them), an
+        array, or a NumPy array (host values: a nested list under ``torch.compile``), and its
+        arguments be plain values or frozen dataclasses of them."""
         return fn(*args)
 
     # -- kernels -------------------------------------------------------------------------------
@@ -219,9 +230,9 @@ class Backend:
         constants from ``build``).  Concrete non-negative integer positions take the
         per-position table, or skip the digit levels and the sign they do not need (same bits)."""
         levels, nonneg = _angles.LEVELS, False
-        if rng is not None and rng[0] >= 0 and fast_paths_enabled():
+        if rng is not None and rng[0] >= 0 and self.fast(pos):
             hi = rng[1]
-            if hi < POSITION_TABLE_MAX and not self.tracing():
+            if hi < POSITION_TABLE_MAX:
                 return self._table_lookup(pos, build, config, device, dtype, rng)
             levels, nonneg = _angles.levels_for_range(hi), True
         tables = self.constant(build, config, "tables", device, dtype)
@@ -307,8 +318,9 @@ class Backend:
         kernel for these arguments."""
         return None
 
-    def wants_custom_grad(self, *xs: Array) -> bool:
-        """Eager autodiff records these arrays: :meth:`custom_grad` should replace it."""
+    def wants_custom_grad(self, xs: tuple[Array, ...], others: tuple[Any, ...]) -> bool:
+        """Eager autodiff records the data ``xs`` and :meth:`custom_grad` may replace it: a fast
+        path (:meth:`fast`) for the data, and none of ``others`` (positions, ...) needs a gradient."""
         return False
 
     def custom_grad(
@@ -380,7 +392,9 @@ class Backend:
             carry = _linear.add(carry, _linear.chunk_state(ch, xp))
             if o.dtype != out_dtype:
                 o = xp.astype(o, out_dtype)
-            if not self.writable or stop - start == n:
+            # (written into one output only where a fast path may run: a batched or dual chunk
+            # cannot be written into a plain array)
+            if not self.writable or stop - start == n or not self.fast(o):
                 outs.append(o)
                 continue
             if out is None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
+import array_api_compat.numpy as np_xp
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._lib._cache import fast_paths_enabled, get_or_build, register_library
 from .._lib._typing import Array, Device, DType, Layout
@@ -21,6 +23,10 @@ from ._generic import Backend, ConstantBuilder, sized
 from ._scan import _pad_seq
 
 __all__ = ["JaxBackend"]
+
+#: Constants computed on the host (NumPy, float64 or correctly rounded values): the frequencies
+#: and the exact method's digit tables.
+_HOST_KINDS = frozenset({"inv_freq", "tables"})
 
 
 def _tracer(x: Any) -> bool:
@@ -96,6 +102,14 @@ class JaxBackend(Backend):
     def tracing(self) -> bool:
         return _tracing()
 
+    def fast(self, *inputs: Any, grads: tuple[Any, ...] = ()) -> bool:
+        """:func:`rotary.fast_paths` on, in any context: JAX's fast paths (the pair-major
+        interleaved rotation, cos/sin materialised once, eager calls as one ``jit``) are ``jnp``
+        programs, so every transformation (``grad``, ``jvp``, ``vmap``, ``jit``, export) applies
+        to them as to the generic code (``tests/test_transforms.py``); the generic fast paths
+        that read position values check :meth:`tracing` themselves."""
+        return fast_paths_enabled()
+
     def is_concrete(self, x: Array) -> bool:
         if _tracer(x) or _tracing():
             return False
@@ -105,17 +119,24 @@ class JaxBackend(Backend):
             return False
 
     def host_values(self, x: Array) -> Any:
-        import numpy as np
-
         out = np.asarray(x)
         return out.astype(np.float32) if out.dtype.name == "bfloat16" else out
 
     def constant(
         self, build: ConstantBuilder, config: Hashable, kind: str, device: Device, dtype: DType
     ) -> Array:
+        """A concrete constant (built inside :func:`jax.ensure_compile_time_eval`, so ``jit``
+        embeds it), with no implicit host-to-device transfer (``jax.transfer_guard("disallow")``
+        holds): tables computed on the host (:data:`_HOST_KINDS`) move in one explicit
+        ``device_put``; the others run as a program of their own (their Python numbers are
+        literals of it), giving the bits of JAX's own arithmetic (HF's float32 recipe)."""
+
         def make() -> tuple[Array, int]:
             with jax.ensure_compile_time_eval():
-                return sized(build(config, kind, self.xp, device, dtype))
+                if kind in _HOST_KINDS:
+                    host = build(config, kind, np_xp, "cpu", np.dtype(dtype))
+                    return sized(jax.device_put(host, device))
+                return sized(jax.jit(lambda: build(config, kind, self.xp, device, dtype))())
 
         return get_or_build((config, kind, "jax", device, dtype), make, "constants")
 
@@ -164,14 +185,14 @@ class JaxBackend(Backend):
         return not isinstance(n, int)  # symbolic length (jax.export)
 
     def rotate(self, x: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int) -> Array:
-        if layout == "interleaved" and fast_paths_enabled():
+        if layout == "interleaved" and self.fast(x):
             return rotate_pairs(x, c, s, layout=layout, rotary_dim=rotary_dim, xp=self.xp, pairs_first=True)
         return super().rotate(x, c, s, layout=layout, rotary_dim=rotary_dim)
 
     def materialize(self, c: Array, s: Array) -> tuple[Array, Array]:
         # XLA would fuse the angle composition (six gathered tables, twelve flops) into the
         # rotation of every head: computed once per position instead (~1.3x on a 4k prefill)
-        if not fast_paths_enabled():
+        if not self.fast(c, s):
             return c, s
         # (XLA on the CPU drops optimization barriers; a scatter is never fused into its users)
         cs = jnp.stack([c, s])

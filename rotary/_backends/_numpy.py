@@ -40,6 +40,11 @@ def _plain(*arrays: Any) -> bool:
 
 
 class NumpyBackend(Backend):
+    def fast(self, *inputs: Any, grads: tuple[Any, ...] = ()) -> bool:
+        """:func:`rotary.fast_paths` on and every input a plain ``numpy.ndarray``: subclasses
+        (masked arrays, matrices, a user's ``__array_ufunc__``) take the generic code."""
+        return fast_paths_enabled() and _plain(*inputs, *grads)
+
     def signature(self, *args: Any) -> Hashable | None:
         out: list[Any] = []
         for a in args:
@@ -63,7 +68,7 @@ class NumpyBackend(Backend):
         return None  # one device
 
     def rotate(self, x: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int) -> Array:
-        if not (fast_paths_enabled() and _plain(x, c, s)):
+        if not self.fast(x, c, s):
             return super().rotate(x, c, s, layout=layout, rotary_dim=rotary_dim)
         out_dtype = x.dtype
         if x.dtype != c.dtype:
@@ -82,7 +87,7 @@ class NumpyBackend(Backend):
         self, q: Array, k: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int
     ) -> tuple[Array, Array]:
         small = rotary_dim == q.shape[-1] and layout == "half" and q.nbytes <= _eager.BLOCK_BYTES
-        if not (small and fast_paths_enabled() and _plain(q, k, c, s) and q.dtype == k.dtype == c.dtype):
+        if not (small and q.dtype == k.dtype == c.dtype and self.fast(q, k, c, s)):
             return super().rotate_both(q, k, c, s, layout=layout, rotary_dim=rotary_dim)
         if k.nbytes > _eager.BLOCK_BYTES:
             return super().rotate_both(q, k, c, s, layout=layout, rotary_dim=rotary_dim)
@@ -118,7 +123,7 @@ class NumpyBackend(Backend):
         h, dev = rotary_dim // 2, self.creation_device(q)
 
         def plan(q: Array, k: Array, pos: Any) -> tuple[Array, Array] | None:
-            if not (fast_paths_enabled() and _plain(q, k, pos)):
+            if not self.fast(q, k, pos):
                 return None
             p = int(pos.reshape(-1)[0])
             if not 0 <= p < POSITION_TABLE_MAX:
@@ -132,7 +137,7 @@ class NumpyBackend(Backend):
     def _exact(
         self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool, *, checked: bool
     ) -> tuple[Array, Array]:
-        if not (checked and fast_paths_enabled() and _plain(pos, tables)) or pos.dtype.kind not in "iu":
+        if not (checked and pos.dtype.kind in "iu" and self.fast(pos, tables)):
             return super()._exact(pos, tables, w, dtype, levels, nonneg, checked=checked)
         return _eager.exact(pos, tables, levels, nonneg, _ops(tables.dtype), self.xp)
 

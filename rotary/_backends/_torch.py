@@ -27,12 +27,14 @@ import contextlib
 import dataclasses
 import operator
 import os
+import threading
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import array_api_compat.torch as torch_xp
 import numpy as np
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from .._lib import _validation as v
 from .._lib._cache import fast_paths_enabled, get_or_build, register_library
@@ -42,17 +44,31 @@ from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, sized
 
 __all__ = ["TorchBackend"]
 
-_is_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+_functorch = getattr(torch._C, "_functorch", None)
+_is_wrapped = getattr(_functorch, "is_functorch_wrapped_tensor", None)
+#: Legacy vmap (``autograd.grad(is_grads_batched=True)``, ``autograd.functional.jacobian(
+#: vectorize=True)``) batches tensors without a functorch level: told by the tensor alone.
+_is_legacy_batched = getattr(_functorch, "is_legacy_batchedtensor", None)
+
+#: Tensor types the fast paths take: ``torch.Tensor`` itself, and ``nn.Parameter``, which overrides
+#: no operation (its ``__torch_function__`` is disabled).  Any other subclass (fake, functional,
+#: a user's ``__torch_function__``/``__torch_dispatch__`` subclass, DTensor...) takes the generic code.
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
 def _real(x: Any) -> bool:
-    """A plain tensor (not fake, functional or functorch-wrapped)."""
-    return type(x) is torch.Tensor and not (_is_wrapped is not None and _is_wrapped(x))
+    """A plain tensor: one of :data:`_PLAIN_TYPES`, not wrapped by a ``torch.func`` transform or
+    batched by legacy vmap."""
+    return (
+        type(x) in _PLAIN_TYPES
+        and not (_is_wrapped is not None and _is_wrapped(x))
+        and not (_is_legacy_batched is not None and _is_legacy_batched(x))
+    )
 
 
 # -- the context rules (see rotary._lib._cache) ---------------------------------------------------
 def _level() -> Any:
-    probe = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", None)
+    probe = getattr(_functorch, "maybe_current_level", None)
     return None if probe is None else probe()
 
 
@@ -67,25 +83,45 @@ def _plain_function_modes() -> bool:
     return all(isinstance(m, DeviceContext) for m in _get_current_function_mode_stack())
 
 
+def _untraced() -> bool:
+    """No trace records this call: no ``torch.compile``/``torch.export`` (Dynamo), no dispatch
+    mode (fake, proxy: ``make_fx`` and non-strict ``torch.export``, functionalization, a user's
+    mode).  Values of plain tensors read here are this call's, not a trace's example."""
+    return not (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack())
+
+
+def _fw_ad_level() -> int:
+    """The innermost forward-AD level (-1: none; dual tensors exist only inside one)."""
+    return int(getattr(_forward_ad, "_current_level", -1))
+
+
+def _eager_context() -> bool:
+    """A plain eager context: :func:`_untraced`, no ``torch.func`` transform (grad, vjp, jvp, vmap,
+    jacrev, jacfwd, hessian, functionalize: each runs at a functorch level), no forward-AD level,
+    no function mode but default-device ones."""
+    return _untraced() and _level() is None and _fw_ad_level() < 0 and _plain_function_modes()
+
+
 def _clean() -> bool:
-    """A plain eager scope: no compile or export trace, no dispatch mode (fake, functional,
-    proxy), no inference mode, no ``torch.func`` transform, no function mode."""
-    return not (
-        torch.compiler.is_compiling()
-        or torch._C._len_torch_dispatch_stack()
-        or torch.is_inference_mode_enabled()
-        or _level() is not None
-        or not _plain_function_modes()
-    )
+    """A plain eager scope, where a value made may be stored (:mod:`rotary._lib._cache`):
+    :func:`_eager_context`, outside inference mode."""
+    return _eager_context() and not torch.is_inference_mode_enabled()
 
 
 @contextlib.contextmanager
 def _scope() -> Iterator[None]:
-    """Outside every dispatch mode (fake, functional) and inference mode, without autograd:
-    constants built here are plain tensors."""
-    from torch.utils._python_dispatch import _disable_current_modes
+    """Outside every dispatch mode (fake, functional, proxy) and inference mode: constants built
+    here are plain tensors.  Only what is on is switched off, and grad mode is left alone: the
+    builders read no tensor that requires grad, and a grad-mode region entered under
+    ``torch.export`` would be recorded (an empty ``wrap_with_set_grad_enabled`` node, which
+    ``torch.export.save`` refuses)."""
+    with contextlib.ExitStack() as stack:
+        if torch._C._len_torch_dispatch_stack():
+            from torch.utils._python_dispatch import _disable_current_modes
 
-    with _disable_current_modes(), torch.inference_mode(False), torch.no_grad():
+            stack.enter_context(_disable_current_modes())
+        if torch.is_inference_mode_enabled():
+            stack.enter_context(torch.inference_mode(False))
         yield
 
 
@@ -109,12 +145,15 @@ def _adapt(value: Any) -> Any:
 
 
 def _to_fake(mode: Any, value: Any) -> Any:
+    """``value``'s tensors entered into the modes as literals (``aten.lift_fresh``, what
+    ``torch.tensor(...)`` does): fake under the fake mode, and under ``make_fx`` a constant of the
+    graph that holds the real tensor (not the fake one, which the graph could not run)."""
     if isinstance(value, tuple):
         return tuple(_to_fake(mode, a) for a in value)
-    return mode.from_tensor(value, static_shapes=True) if type(value) is torch.Tensor else value
+    return torch.ops.aten.lift_fresh.default(value) if type(value) is torch.Tensor else value
 
 
-register_library("torch", clean=_clean, scope=_scope, adapt=_adapt)
+register_library("torch", clean=_clean, scope=_scope, adapt=_adapt, clear=lambda: _clear_graph_constants())
 
 
 def _constant(build: ConstantBuilder, config: Hashable, kind: str, device: Any, dtype: Any) -> Any:
@@ -147,15 +186,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _numbers(value: Any) -> Any:
-    """Ints and floats (in tuples) that ``torch.compile`` made symbolic, specialised."""
-    if isinstance(value, tuple):
-        return tuple(_numbers(v) for v in value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return _plain(value)
-    return value
-
-
 def _rebuild(value: Any) -> Any:
     if isinstance(value, tuple) and len(value) == 3 and value[0] == _DATACLASS:
         return value[1](*(_rebuild(v) for v in value[2]))
@@ -164,17 +194,53 @@ def _rebuild(value: Any) -> Any:
     return value
 
 
-def _constant_of_plain(build: ConstantBuilder, plain: Any, kind: str, device: Any, dtype: Any) -> Any:
-    return _constant(build, _rebuild(plain), kind, device, dtype)
+class _GraphConstants:
+    """The constants ``torch.compile`` graphs read: attributes of one module-level object, each
+    under its own name, so Dynamo lifts each from its own source (``AttrSource``) and guards it.
+
+    (A tensor returned by an ``assume_constant_result`` function is registered under a source
+    named after the function: two different constants in one graph then share a source, which
+    AOTAutograd refuses: "source ConstantSource(...) already in seen_sources", PyTorch 2.13.)"""
+
+
+_GRAPH_CONSTANTS = _GraphConstants()
+_GRAPH_NAMES: dict[Hashable, str] = {}
+_GRAPH_MAX = 256  # then it starts over (compiled graphs whose constant went recompile once)
+_GRAPH_LOCK = threading.Lock()
+
+
+def _graph_constant_name(build: ConstantBuilder, plain: Any, kind: str, device: Any, dtype: Any) -> str:
+    """The attribute of :data:`_GRAPH_CONSTANTS` holding this constant (built here, for real,
+    outside every mode: a plain tensor)."""
+    key = (build, plain, kind, device, dtype)
+    with _GRAPH_LOCK:
+        name = _GRAPH_NAMES.get(key)
+        if name is None:
+            if len(_GRAPH_NAMES) >= _GRAPH_MAX:
+                _clear_graph_constants()
+            name = f"c{len(_GRAPH_NAMES)}_{kind}"
+            with _scope():
+                setattr(_GRAPH_CONSTANTS, name, _constant(build, _rebuild(plain), kind, device, dtype))
+            _GRAPH_NAMES[key] = name
+    return name
+
+
+def _clear_graph_constants() -> None:
+    for name in _GRAPH_NAMES.values():
+        delattr(_GRAPH_CONSTANTS, name)
+    _GRAPH_NAMES.clear()
 
 
 def _run(fn: Callable[..., Any], *args: Any) -> Any:
     with _scope():
-        return fn(*args)
+        out = fn(*_rebuild(args))
+    if isinstance(out, np.ndarray) and torch.compiler.is_compiling():
+        return out.tolist()  # (a constant of the trace: Dynamo embeds Python values, not NumPy's)
+    return out
 
 
-# Dynamo calls these for real at trace time and embeds their results as constants.
-_constant_of = torch.compiler.assume_constant_result(_constant_of_plain)
+# Dynamo calls these for real at trace time and embeds their results (plain values) as constants.
+_graph_constant = torch.compiler.assume_constant_result(_graph_constant_name)
 _call = torch.compiler.assume_constant_result(_run)
 
 
@@ -203,10 +269,36 @@ def _triton_device(x: Array) -> bool:
     return bool(x.is_cuda or (_INTERPRET and x.device.type == "cpu"))
 
 
-def _plain_call(*xs: Array) -> bool:
-    """Eager tensors the kernel may take: plain ones (not fake), outside ``torch.func``
-    transforms (the custom op has no batching rule)."""
-    return _level() is None and all(_real(x) for x in xs)
+def fast(*inputs: Any, grads: tuple[Any, ...] = ()) -> bool:
+    """May a fast path run on ``inputs`` here?  The one eligibility test of torch's fast paths
+    (the ``out=`` kernels, the decoding plans, the per-position table, the custom backward, the
+    Triton op), by allowlist: where their equivalence with the generic code is proven.
+
+    - :func:`rotary.fast_paths` on, and a plain eager context (:func:`_eager_context`): no
+      compile or export trace, no dispatch or function mode, no ``torch.func`` transform, no
+      forward-AD level.  ``out=`` operations have no forward-AD formula and no batching rule, a
+      trace must see the generic operations (and never an eagerly read value), and a mode sees
+      the operations it expects;
+    - every input a plain tensor (:data:`_PLAIN_TYPES`, not wrapped);
+    - no input that autograd records, except those in ``grads``: the inputs whose gradient the
+      fast path itself provides (the custom backward's data).  Positions, frequencies or scales
+      that require grad are never in ``grads``: a fast path that took them would drop their
+      gradient.
+
+    Anything else takes the generic code, whose every operation autograd, ``torch.func``,
+    Dynamo and the tracers know.  ``None`` inputs are skipped.
+    """
+    if not (_eager_context() and fast_paths_enabled()):  # (compiling first: Dynamo reads no contextvar)
+        return False
+    recording = torch.is_grad_enabled()
+    for x in (*inputs, *grads):
+        if x is None:
+            continue
+        if not _real(x):
+            return False
+        if recording and x.requires_grad and not any(x is g for g in grads):
+            return False
+    return True
 
 
 def _small_half_tables(c: Array, s: Array) -> tuple[Array, Array]:
@@ -245,14 +337,19 @@ def _rotate_small_half_joint(q: Array, k: Array, C2: Array, S2: Array, h: int) -
     return (a.view(qs), b.view(ks)) if flat else (a, b)
 
 
+def _compiling_not_exporting() -> bool:
+    return bool(torch.compiler.is_compiling() and not torch.compiler.is_exporting())
+
+
 class _CustomGrad(torch.autograd.Function):  # type: ignore[misc]
-    """``forward(*xs)`` recorded as one node whose backward is ``backward(*grads)``."""
+    """``forward(*xs)`` recorded as one node whose backward is ``backward(*grads)`` (a linear
+    map's transpose, run as ordinary differentiable code: double backward differentiates it).
+    Used only where :func:`fast` allows (no forward AD, no ``torch.func``, no trace)."""
 
     @staticmethod
     def forward(ctx: Any, forward: Any, backward: Any, *xs: Any) -> Any:
         ctx.backward_fn = backward
-        with torch.no_grad():
-            return forward(*xs)
+        return forward(*xs)  # (autograd runs forward without recording)
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:
@@ -265,7 +362,8 @@ class TorchBackend(Backend):
         self.name = "torch"
 
     def is_concrete(self, x: Array) -> bool:
-        return not torch.compiler.is_compiling() and x.device.type == "cpu" and _real(x)
+        # (never inside a trace: a value read there would specialise the graph to its example)
+        return _untraced() and _real(x) and x.device.type == "cpu"
 
     def check_dense(self, arrays: list[tuple[str, Array]]) -> None:
         from .._lib._validation import not_dense
@@ -309,18 +407,19 @@ class TorchBackend(Backend):
         return super().position_shape(pos, name=name)
 
     def positions(self, pos: Any, *, name: str, device: Device) -> tuple[Array, tuple[int, int] | None]:
+        compiling = torch.compiler.is_compiling()
         if (  # decoding: one integer position in a plain CPU tensor (the generic steps, fewer calls)
-            type(pos) is torch.Tensor
+            not compiling
+            and type(pos) is torch.Tensor
             and pos.is_cpu
             and pos.numel() == 1
             and pos.dtype in _INTEGER
-            and not torch.compiler.is_compiling()
-            and _real(pos)
+            and self.is_concrete(pos)
         ):
             p = int(pos)
             v.check_position_bound(float(abs(p)), name)
             return pos, (p, p)
-        if torch.compiler.is_compiling() and not isinstance(pos, torch.Tensor):
+        if compiling and not isinstance(pos, torch.Tensor):
             # Python or NumPy positions inside a compiled function: converted in the graph
             # (their values are not checked there, as for traced tensors).
             if isinstance(pos, bool):
@@ -344,26 +443,18 @@ class TorchBackend(Backend):
         if torch.compiler.is_compiling():
             # The configuration may have been created inside the trace (a RoPE built in the
             # compiled function): pass its field values, which the trace knows, not the object.
-            return _constant_of(build, _plain(config), kind, device, dtype)
+            return getattr(_GRAPH_CONSTANTS, _graph_constant(build, _plain(config), kind, device, dtype))
         return _constant(build, config, kind, device, dtype)
 
     def eager(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return _call(fn, *_numbers(args))
+        # (dataclass arguments as their field values: the trace knows those, not the object)
+        return _call(fn, *_plain(args))
 
-    def _eager_ok(self, x: Array) -> bool:
-        """The eager kernels apply to ``x`` (our own cos/sin tables are plain CPU tensors
-        beside it): CPU, no autograd, a plain dense tensor, not compiling."""
-        return (
-            not torch.compiler.is_compiling()
-            and fast_paths_enabled()
-            and type(x) is torch.Tensor
-            and x.is_cpu
-            and not (x.requires_grad and torch.is_grad_enabled())
-            and not (_is_wrapped is not None and _is_wrapped(x))
-        )
+    def fast(self, *inputs: Any, grads: tuple[Any, ...] = ()) -> bool:
+        return fast(*inputs, grads=grads)
 
     def rotate(self, x: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int) -> Array:
-        if not (self._eager_ok(x) and type(c) is torch.Tensor and not c.requires_grad):
+        if not (fast(x, c, s) and x.is_cpu and c.is_cpu):
             return super().rotate(x, c, s, layout=layout, rotary_dim=rotary_dim)
         out_dtype = x.dtype
         if x.dtype != c.dtype:
@@ -385,15 +476,15 @@ class TorchBackend(Backend):
     def rotate_both(
         self, q: Array, k: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int
     ) -> tuple[Array, Array]:
-        if not (
-            layout == "half"
+        if not (  # (fast first: under a trace, sizes are symbolic and a comparison would guard them)
+            fast(q, k, c, s)
+            and layout == "half"
             and q.dtype == c.dtype == k.dtype
-            and type(c) is torch.Tensor
-            and not c.requires_grad
+            and q.is_cpu
+            and k.is_cpu
+            and c.is_cpu
             and self._small_half(q, layout, rotary_dim)
             and self._small_half(k, layout, rotary_dim)
-            and self._eager_ok(q)
-            and self._eager_ok(k)
         ):
             return super().rotate_both(q, k, c, s, layout=layout, rotary_dim=rotary_dim)
         h = rotary_dim // 2
@@ -418,8 +509,10 @@ class TorchBackend(Backend):
     ) -> tuple[Array, Array] | None:
         """The Triton kernel (:mod:`rotary._backends._triton`) for CUDA tensors (CPU ones under
         Triton's interpreter) of float16, bfloat16 or float32 at integer positions, with at most
-        four leading axes; under ``torch.compile`` it is one custom op.  ``None`` elsewhere, and
-        inside ``torch.func`` transforms, fake modes or ``fast_paths(False)``."""
+        four leading axes.  Eligibility is :func:`fast` (its autograd formula gives the data's
+        gradient; integer positions have none), or ``torch.compile`` (not ``torch.export``:
+        there it is one custom op with a fake implementation and the same autograd formula).
+        ``None`` elsewhere: the generic code."""
         if not (
             _triton_device(q)
             and q.dtype in _KERNEL_DTYPES
@@ -427,10 +520,7 @@ class TorchBackend(Backend):
             and not pos.dtype.is_floating_point
             and pos.dtype != torch.bool
             and 2 <= q.ndim <= 5
-            and (
-                torch.compiler.is_compiling()
-                or (fast_paths_enabled() and _plain_call(q, pos, *(() if k is None else (k,))))
-            )
+            and (_compiling_not_exporting() or fast(q, k, pos, grads=(q, k)))
         ):
             return None
         try:
@@ -442,14 +532,8 @@ class TorchBackend(Backend):
         pk = None if k is None else pos
         return rope_op(q, k, pos, pk, table, rotary_dim, layout == "half", exact, float(af), 1.0)
 
-    def wants_custom_grad(self, *xs: Array) -> bool:
-        return (
-            not torch.compiler.is_compiling()
-            and torch.is_grad_enabled()
-            and any(x.requires_grad for x in xs)
-            and fast_paths_enabled()
-            and _plain_call(*xs)
-        )
+    def wants_custom_grad(self, xs: tuple[Array, ...], others: tuple[Any, ...]) -> bool:
+        return torch.is_grad_enabled() and any(x.requires_grad for x in xs) and fast(*others, grads=xs)
 
     def custom_grad(
         self,
@@ -483,8 +567,8 @@ class TorchBackend(Backend):
             and q.dtype == k.dtype == dtype
             and self._small_half(q, layout, rotary_dim)
             and self._small_half(k, layout, rotary_dim)
-            and self._eager_ok(q)
-            and self._eager_ok(k)
+            and q.is_cpu
+            and k.is_cpu
         ):
             return None
         dev, h = self.creation_device(q), rotary_dim // 2
@@ -503,7 +587,7 @@ class TorchBackend(Backend):
             return get_or_build((config, "decode_rows", n, dev, dtype), make, "decode_rows")
 
         def plan(q: Array, k: Array, pos: Any) -> tuple[Array, Array] | None:
-            if not (type(pos) is torch.Tensor and self._eager_ok(q) and self._eager_ok(k)):
+            if not (type(pos) is torch.Tensor and fast(q, k, pos)):
                 return None
             p = int(pos)
             if not 0 <= p < POSITION_TABLE_MAX:
@@ -516,7 +600,9 @@ class TorchBackend(Backend):
     def _exact(
         self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool, *, checked: bool
     ) -> tuple[Array, Array]:
-        if not checked or pos.dtype.is_floating_point or not (self._eager_ok(pos) and self._eager_ok(tables)):
+        if not (
+            checked and not pos.dtype.is_floating_point and pos.is_cpu and tables.is_cpu and fast(pos, tables)
+        ):
             return super()._exact(pos, tables, w, dtype, levels, nonneg, checked=checked)
         return _eager.exact(pos, tables, levels, nonneg, _ops(tables.dtype, tables.device), self.xp)
 

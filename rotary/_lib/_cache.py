@@ -85,6 +85,7 @@ class _Library(NamedTuple):
     clean: Callable[[], bool]  # the current context is a plain eager scope
     scope: Callable[[], contextlib.AbstractContextManager[Any]]  # as plain a scope as can be entered
     adapt: Callable[[Any], Any]  # a stored value, valid in the current context
+    clear: Callable[[], None]  # drops the library's own state (clear_cache)
 
 
 _LIBRARIES: dict[str, _Library] = {}
@@ -96,9 +97,13 @@ def register_library(
     clean: Callable[[], bool],
     scope: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
     adapt: Callable[[Any], Any] | None = None,
+    clear: Callable[[], None] | None = None,
 ) -> None:
-    """Register an array library's context rules (the backend layer does, on first use)."""
-    _LIBRARIES[name] = _Library(clean, scope or contextlib.nullcontext, adapt or (lambda v: v))
+    """Register an array library's context rules (the backend layer does, on first use), and
+    the state it keeps of its own (torch: the constants compiled graphs read)."""
+    _LIBRARIES[name] = _Library(
+        clean, scope or contextlib.nullcontext, adapt or (lambda v: v), clear or (lambda: None)
+    )
 
 
 def context_clean() -> bool:
@@ -226,6 +231,8 @@ def clear_cache() -> None:
     _CACHE.clear()
     _MEMO.clear()
     _compat.memo_types(enabled=True)
+    for lib in list(_LIBRARIES.values()):
+        lib.clear()
 
 
 def set_cache_limit(nbytes: int) -> int:

@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 #: Top-level modules of the array libraries whose arrays ``is_array`` recognises by type.
-_ARRAY_MODULES = frozenset({"numpy", "torch", "cupy", "dask", "jax", "jaxlib", "sparse", "array_api_strict"})
+_ARRAY_MODULES = ("numpy", "torch", "cupy", "dask", "jax", "jaxlib", "sparse", "array_api_strict")
 
 #: Namespace ``__name__`` -> library name.
 _LIBRARIES = {
@@ -45,9 +45,15 @@ _LIBRARIES = {
 
 
 def _module(x: object) -> str:
+    """The array library of ``x``'s type (one of :data:`_ARRAY_MODULES`), else its module.
+
+    Slices and comparisons only: ``torch.compile`` traces neither ``str.find`` nor ``str.split``
+    (``nn.Parameter``'s module is ``torch.nn.parameter``)."""
     mod = type(x).__module__
-    dot = mod.find(".")  # (not str.split: torch.compile cannot trace it)
-    return mod if dot < 0 else mod[:dot]
+    for name in _ARRAY_MODULES:
+        if mod == name or mod[: len(name) + 1] == name + ".":
+            return name
+    return mod
 
 
 def is_array(x: object) -> bool:
@@ -155,7 +161,16 @@ def as_namespace(xp: Any) -> Namespace:
     name = getattr(xp, "__name__", None)
     if not isinstance(name, str):
         raise TypeError(f"xp must be an array namespace (a module such as numpy or jax.numpy), got {xp!r}")
-    if name in ("numpy", "torch", "cupy", "dask.array"):
+    # (import statements, not importlib: torch.compile traces these, and skips importlib)
+    if name == "torch":
+        import array_api_compat.torch as torch_xp
+
+        return torch_xp
+    if name == "numpy":
+        import array_api_compat.numpy as numpy_xp
+
+        return numpy_xp
+    if name in ("cupy", "dask.array"):
         return importlib.import_module(f"array_api_compat.{name}")
     if not hasattr(xp, "asarray") or not hasattr(xp, "__array_namespace_info__"):
         raise TypeError(f"xp must be an array-API namespace, got module {name!r}")

@@ -250,8 +250,10 @@ def check_qk(q: Array, k: Array, *, seq_axis: int | None = None) -> None:
 def broadcasts_to(shape: tuple[Any, ...], target: tuple[Any, ...]) -> bool:
     """``shape`` broadcasts *to* ``target`` (adds no axes, grows none; unknown sizes pass)."""
     pairs = zip(reversed(shape), reversed(target), strict=False)
+    # (p != 1 and p != t, not p not in (1, t): torch.compile's `in` does not compare a size
+    # with a symbolic one)
     return len(shape) <= len(target) and not any(
-        _known(p) and _known(t) and p not in (1, t) for p, t in pairs
+        _known(p) and _known(t) and p != 1 and p != t for p, t in pairs
     )
 
 
@@ -294,14 +296,20 @@ def broadcast_shapes(*shapes: tuple[Any, ...], names: str) -> tuple[Any, ...]:
     n = max([0, *(len(s) for s in shapes)])
     out = []
     for i in range(n):
-        dims = {s[len(s) - n + i] for s in shapes if len(s) - n + i >= 0}
-        dims.discard(1)
-        if len(dims) > 1:
-            raise ValueError(
-                f"the leading (batch/head) axes of {names} do not broadcast: "
-                f"{', '.join(str(tuple(s)) for s in shapes)}"
-            )
-        out.append(dims.pop() if dims else 1)
+        size: Any = 1
+        # (comparisons, no set: symbolic sizes under a trace are not hashable)
+        for s in shapes:
+            d = s[len(s) - n + i] if len(s) - n + i >= 0 else 1
+            if d == 1:
+                continue
+            if size == 1:
+                size = d
+            elif d != size:
+                raise ValueError(
+                    f"the leading (batch/head) axes of {names} do not broadcast: "
+                    f"{', '.join(str(tuple(s)) for s in shapes)}"
+                )
+        out.append(size)
     return tuple(out)
 
 

@@ -36,17 +36,19 @@ def rotate_pairs(
     h = rotary_dim // 2
     lead = tuple(x.shape[:-1])
     # the pairs on an axis of their own, (..., 2, h) or (..., h, 2): one elementwise pass and a
-    # stack (slices and a concatenate cost XLA about 1.5x that)
+    # stack (slices and a concatenate cost XLA about 1.5x that).  No slice when every feature
+    # rotates (torch's legacy vmap, which batches gradients, has no rule for the alias it makes)
+    xr = x if rotary_dim == d else x[..., :rotary_dim]
     if layout == "half":
-        pairs = xp.reshape(x[..., :rotary_dim], (*lead, 2, h))
+        pairs = xp.reshape(xr, (*lead, 2, h))
         x1, x2, axis = pairs[..., 0, :], pairs[..., 1, :], -2
     elif pairs_first:
-        pairs = xp.matrix_transpose(xp.reshape(x[..., :rotary_dim], (*lead, h, 2)))
+        pairs = xp.matrix_transpose(xp.reshape(xr, (*lead, h, 2)))
         x1, x2 = pairs[..., 0, :], pairs[..., 1, :]
         y = xp.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-2)
         rot = xp.reshape(xp.matrix_transpose(y), (*lead, rotary_dim))
     else:
-        pairs = xp.reshape(x[..., :rotary_dim], (*lead, h, 2))
+        pairs = xp.reshape(xr, (*lead, h, 2))
         x1, x2, axis = pairs[..., 0], pairs[..., 1], -1
     if layout == "half" or not pairs_first:
         rot = xp.reshape(xp.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=axis), (*lead, rotary_dim))
