@@ -317,7 +317,41 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="comma-separated golden cases to run (default: those of its layout, base and head_dim)",
     )
+    m = ap.add_argument_group(
+        "checking an engine against a model's config (--against ADAPTER --config CONFIG)",
+        "ADAPTER is a module (or object) with build(config, *, layer_type, dtype), or MODULE:FUNCTION "
+        "naming that build function (rotary.testing.engine describes the protocol; conformance.engines "
+        "holds adapters of vLLM, Megatron, flash-attn, liger, torchtune, MaxText, mlx-lm, ...)",
+    )
+    m.add_argument(
+        "--config",
+        metavar="CONFIG",
+        help="a config.json (or checkpoint folder), inline JSON, a case of the field report (default, "
+        "linear, dynamic, llama3, yarn, yarn_mscale, longrope, mrope, ...), or a transformers model type",
+    )
+    m.add_argument(
+        "--layer-types",
+        default=None,
+        help="comma-separated layer types to check (default: every distinct RoPE of the config)",
+    )
     return ap
+
+
+def _main_config(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """``--against ADAPTER --config CONFIG``: :func:`rotary.testing.check_model_rope`."""
+    from rotary.testing import check_model_rope
+
+    if args.against is None:
+        ap.error("--config needs --against ADAPTER (the engine to check)")
+    dtypes = _names(ap, args.dtypes, ["float32", "float16", "bfloat16"], "dtype", "--dtypes")
+    lts = None if args.layer_types is None else [t.strip() for t in args.layer_types.split(",") if t.strip()]
+    try:
+        rep = check_model_rope(args.against, args.config, dtypes=dtypes, layer_types=lts)
+    except ImportError as e:
+        ap.error(f"the engine of {args.against} is not installed here: {e}")
+    except (ValueError, TypeError, AttributeError) as e:
+        ap.error(str(e))
+    return {"kind": "model", **rep.to_dict()}, str(rep)
 
 
 def _names(ap: argparse.ArgumentParser, value: str, known: list[str], what: str, source: str) -> list[str]:
@@ -364,7 +398,11 @@ def main(argv: list[str] | None = None) -> int:
         print(vectors.HERE)
         print(f"  {len(vectors.index_names())} cases; format: {vectors.HERE / 'README.md'}")
         return 0
-    if args.against is None:
+    if args.config is not None:
+        if args.dtypes == "float32":  # (the default of --against alone)
+            args.dtypes = "float32,bfloat16"
+        rep, text = _main_config(ap, args)
+    elif args.against is None:
         env_value = os.environ.get("ROTARY_BACKENDS") or None
         source = "--backends" if args.backends is not None else "$ROTARY_BACKENDS"
         bks = _select_backends(ap, args.backends if args.backends is not None else env_value, source)

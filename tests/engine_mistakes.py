@@ -1,0 +1,242 @@
+"""Adapters (rotary.testing.engine's protocol) that make the mistakes the field makes, each on top
+of rotary's own RoPE: the kit must catch and name every one (tests/test_model_check.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+import rotary
+from rotary.scaling import Factors, Frequencies, YaRN
+from rotary.testing import Unsupported
+
+#: YaRN factor 16 without mscale keys: the attention factor 0.1 ln 16 + 1 = 1.2773.
+YARN16 = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 2,
+    "max_position_embeddings": 131072,
+    "rope_theta": 1e6,
+    "rope_scaling": {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 8192},
+}
+
+
+class Rotary:
+    """rotary's own RoPE for the config, rotating as an engine would (the adapter template)."""
+
+    NAME, INSTALL = "mistake", ""
+
+    def __init__(self, angles: str = "float32") -> None:
+        self.angles = angles
+
+    def version(self) -> str:
+        return rotary.__version__
+
+    def rope(self, config: Mapping[str, Any], layer_type: str | None) -> Any:
+        m = rotary.hf.model_rope(config, angles=self.angles)  # type: ignore[arg-type]
+        self.model = m
+        if m.layers:
+            idx = [
+                i
+                for i, r in enumerate(m.layers)
+                if r is not None and (layer_type is None or m.layer_types[i] == layer_type)
+            ]
+            self.index = idx[0]
+            return m.layers[self.index]
+        self.index = 0
+        return rotary.hf.from_hf(config, angles=self.angles, layer_type=layer_type)  # type: ignore[arg-type]
+
+    def rotate(self, rope: Any, q: np.ndarray, k: np.ndarray, pos: np.ndarray) -> tuple[Any, Any]:
+        return rope.apply(q, k, pos[..., None])
+
+    def build(self, config: Mapping[str, Any], *, layer_type: str | None, dtype: str) -> Any:
+        rope, me = self.rope(config, layer_type), self
+        model, index = self.model, self.index
+
+        class Engine:
+            angles = "float32" if me.angles == "float32" else "exact"
+            softmax_scale = float(model.attention.get("softmax_scale_multiplier", 1.0))
+
+            def rotate(self, q: np.ndarray, k: np.ndarray, pos: np.ndarray) -> tuple[Any, Any]:
+                return me.rotate(rope, q, k, pos)
+
+            def query_scale(self, pos: np.ndarray) -> Any:
+                return me.query_scale(model, index, pos)
+
+        return Engine()
+
+    def query_scale(self, model: Any, index: int, pos: np.ndarray) -> Any:
+        return model.query_scale(index, pos) if model.layers else None
+
+
+def _replaced(rope: Any, **changes: Any) -> Any:
+    return rotary.RoPE.from_config(dataclasses.replace(rope.config, **changes))
+
+
+class NoAttentionFactor(Rotary):
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        f = 1.0 / rope.attention_factor
+        a, b = rope.apply(q, k, pos[..., None])
+        return a * f, b * f
+
+
+class PlainYarnFactor(Rotary):
+    """YaRN's attention factor 0.1 ln s + 1, ignoring mscale / mscale_all_dim."""
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        f = YaRN._mscale(rope.scaling.factor) / rope.attention_factor
+        a, b = rope.apply(q, k, pos[..., None])
+        return a * f, b * f
+
+
+class Clamped(Rotary):
+    def __init__(self, rows: int) -> None:
+        super().__init__()
+        self.rows = rows
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        return rope.apply(q, k, np.minimum(pos, self.rows - 1)[..., None])
+
+
+class Wrapped(Clamped):
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        return rope.apply(q, k, (pos % self.rows)[..., None])
+
+
+class Refuses(Clamped):
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        if pos.max() >= self.rows:
+            raise IndexError(f"position {pos.max()} past the table of {self.rows}")
+        return rope.apply(q, k, pos[..., None])
+
+
+class InvertedBands(Rotary):
+    """Llama 3 / YaRN with the interpolation applied to the high frequencies instead of the low."""
+
+    def rope(self, config, layer_type):  # type: ignore[no-untyped-def]
+        r = super().rope(config, layer_type)
+        c, s = r.config, r.config.scaling.factor
+        w0 = rotary.RoPE(c.head_dim, base=c.base, rotary_dim=c.rotary_dim).inv_freq()
+        inv = w0 * (1.0 + 1.0 / s - r.inv_freq() / w0)
+        self.af = r.attention_factor
+        return _replaced(r, scaling=Frequencies(tuple(float(x) for x in inv)))
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        a, b = rope.apply(q, k, pos[..., None])
+        return a * self.af, b * self.af
+
+
+class OtherLayout(Rotary):
+    def rope(self, config, layer_type):  # type: ignore[no-untyped-def]
+        r = super().rope(config, layer_type)
+        return _replaced(r, layout="half" if r.layout == "interleaved" else "interleaved")
+
+
+class NoScaling(Rotary):
+    def rope(self, config, layer_type):  # type: ignore[no-untyped-def]
+        return _replaced(super().rope(config, layer_type), scaling=None)
+
+
+class Llama3Factor8(Rotary):
+    def rope(self, config, layer_type):  # type: ignore[no-untyped-def]
+        r = super().rope(config, layer_type)
+        return _replaced(r, scaling=dataclasses.replace(r.scaling, factor=8.0))
+
+
+class LongFactorsAlways(Rotary):
+    def rope(self, config, layer_type):  # type: ignore[no-untyped-def]
+        r = super().rope(config, layer_type)
+        self.af = r.attention_factor
+        return _replaced(r, scaling=Factors(r.scaling.long_factor))
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        a, b = rope.apply(q, k, pos[..., None])
+        return a * self.af, b * self.af
+
+
+class WholeHead(Rotary):
+    """Partial rotary applied to every feature (rotary_dim ignored; the frequencies still those of
+    the rotated width)."""
+
+    def rope(self, config, layer_type):  # type: ignore[no-untyped-def]
+        r = super().rope(config, layer_type)
+        self.width = r.config.width
+        return r
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        full = rotary.RoPE(q.shape[-1], base=rope.base ** (q.shape[-1] / self.width), angles=self.angles)
+        return full.apply(q, k, pos[..., None])
+
+
+class TemporalRowOnly(Rotary):
+    """M-RoPE read as a 1-D RoPE of the temporal row (right at text positions only)."""
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        return rope.apply(q, k, np.broadcast_to(pos[:1], pos.shape)[..., None])
+
+
+class NoQueryScale(Rotary):
+    def query_scale(self, model, index, pos):  # type: ignore[no-untyped-def]
+        return None
+
+
+class QueryScaleFromIndex(Rotary):
+    """Megatron-Bridge's Ministral 3: the query scale at the token's index in the call, not its
+    position."""
+
+    def query_scale(self, model, index, pos):  # type: ignore[no-untyped-def]
+        return model.query_scale(index, np.arange(pos.shape[-1]))
+
+
+class NoSoftmaxScale(Rotary):
+    def build(self, config, *, layer_type, dtype):  # type: ignore[no-untyped-def]
+        eng = super().build(config, layer_type=layer_type, dtype=dtype)
+        eng.softmax_scale = 1.0
+        return eng
+
+
+class NoMRoPE(Rotary):
+    def build(self, config, *, layer_type, dtype):  # type: ignore[no-untyped-def]
+        if rotary.hf.model_rope(config).layers and isinstance(
+            rotary.hf.model_rope(config).layers[0], rotary.MRoPE
+        ):
+            raise Unsupported("this engine has no M-RoPE")
+        return super().build(config, layer_type=layer_type, dtype=dtype)
+
+
+class InPlace(Rotary):
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        a, b = rope.apply(q, k, pos[..., None])
+        q[...] = 0.0
+        return a, b
+
+
+# module-level instances for the command line (``--against engine_mistakes:CLAMPED``)
+CLAMPED = Clamped(4096)
+NO_MROPE = NoMRoPE()
+
+
+class FoldedFactor(Rotary):
+    """torchtitan's gpt-oss: cos and sin unscaled, the attention factor's square in the softmax
+    scale: the logits are the config's (not a mistake)."""
+
+    def build(self, config, *, layer_type, dtype):  # type: ignore[no-untyped-def]
+        eng = super().build(config, layer_type=layer_type, dtype=dtype)
+        rope, me = self.rope(config, layer_type), self
+        eng.softmax_scale = eng.softmax_scale * rope.attention_factor**2
+        eng.rotate = lambda q, k, pos: NoAttentionFactor.rotate(me, rope, q, k, pos)
+        return eng
+
+
+class FactorTwice(FoldedFactor):
+    """The attention factor on cos and sin and, again, in the softmax scale (sglang's YaRN bug)."""
+
+    def build(self, config, *, layer_type, dtype):  # type: ignore[no-untyped-def]
+        eng = super().build(config, layer_type=layer_type, dtype=dtype)
+        rope, me = self.rope(config, layer_type), self
+        eng.rotate = lambda q, k, pos: Rotary.rotate(me, rope, q, k, pos)
+        return eng

@@ -1,0 +1,170 @@
+"""The field report (conformance/engines): the committed results, their docs page, the findings that
+explain every failure, and the engines re-certified where they install.
+
+* Always: the page is generated from the committed JSON; every failed cell is explained by a
+  finding naming its engine and case, with its reproduction and output committed; every adapter
+  imports without its engine.
+* In CI: the engines that install in seconds (``pip install --no-deps --target``, beside the test
+  environment, never into it: mistral-inference, torchtitan) and liger-kernel (in the test extras)
+  are run again and must give the committed verdicts.
+* ``pytest -m engines`` with ``ROTARY_ENGINE_VENVS`` (a folder of ``<engine>/venv``, made with each
+  adapter's ``INSTALL`` recipe): every engine again, and every reproduction.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.engines import field
+from conformance.engines.cases import CASES
+from conformance.engines.findings import FINDINGS
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORT = json.loads(field.JSON_PATH.read_text())
+REPRO = ROOT / "docs" / "field" / "repro"
+
+
+def _verdict(cell: dict) -> str:
+    if "error" in cell and not cell.get("results"):
+        return "crash"
+    return "n/s" if not cell["supported"] else "pass" if cell["passed"] else "fail"
+
+
+def test_page_is_generated_from_the_committed_report() -> None:
+    assert field.RST_PATH.read_text() == field.render(REPORT), (
+        "docs/guides/field_report.rst is stale: python -m conformance.engines --render"
+    )
+
+
+def test_at_least_ten_engines_certified_with_versions() -> None:
+    got = [e for e in REPORT["engines"] if e.get("installed")]
+    assert len(got) >= 10, [e["module"] for e in got]
+    assert all(e["version"] and set(e["cases"]) == set(CASES) for e in got)
+    assert {e["module"] for e in REPORT["engines"]} == set(field.ENGINES)
+
+
+def test_every_failure_is_explained_by_a_finding() -> None:
+    explained = {(f.engine, c) for f in FINDINGS for c in f.cases}
+    bad = [
+        f"{e['module']} / {c}"
+        for e in REPORT["engines"]
+        if e.get("installed")
+        for c, cell in e["cases"].items()
+        if _verdict(cell) in ("fail", "crash") and (e["module"], c) not in explained
+    ]
+    assert not bad, f"failures no finding explains: {bad}"
+    # and every finding that names a case is a failure there (or a design choice that passes)
+    for f in FINDINGS:
+        e = next(x for x in REPORT["engines"] if x["module"] == f.engine)
+        for c in f.cases:
+            assert _verdict(e["cases"][c]) in ("fail", "crash") or f.kind == "design choice", (f.title, c)
+
+
+def test_every_finding_has_its_reproduction_and_output() -> None:
+    for f in FINDINGS:
+        assert f.engine in field.ENGINES, f.engine
+        script = REPRO / f.repro
+        assert script.exists() and script.with_suffix(".out").exists(), f.repro
+        imports = [
+            line.split() for line in script.read_text().splitlines() if line.startswith(("import ", "from "))
+        ]
+        assert not any(w[1] == "rotary" or w[1].startswith("rotary.") for w in imports), (
+            f"{f.repro} needs rotary"
+        )
+        assert f.kind in ("engine bug", "design choice", "test environment", "rotary bug")
+
+
+@pytest.mark.parametrize("name", field.ENGINES)
+def test_adapters_import_without_their_engine(name: str) -> None:
+    mod = importlib.import_module(f"conformance.engines.{name}")
+    assert mod.NAME and mod.INSTALL and mod.PYTHON and callable(mod.build)
+    assert "$ROTARY" in mod.INSTALL  # (recipes name no machine's folders)
+
+
+# -- engines re-run ---------------------------------------------------------------------------------
+#: Engines that install in seconds beside the test environment: their pip arguments.
+CHEAP = {
+    "mistral_inference": ["mistral-inference==1.6.0"],
+    "torchtitan": ["torchtitan==0.3.0", "spmd-types==0.2.3", "tyro", "docstring_parser"],
+}
+
+
+def _worker(name: str, cases: list[str], python: str = sys.executable, path: str = "") -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (path, str(ROOT)) if p)}
+    cmd = [python, "-m", "conformance.engines.field", "--worker", name, "--cases", ",".join(cases)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=ROOT, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads([x for x in res.stdout.splitlines() if x.startswith("{")][-1])
+
+
+def _same_verdicts(name: str, got: dict) -> None:
+    want = next(e for e in REPORT["engines"] if e["module"] == name)
+    assert got["installed"], got.get("reason")
+    assert got["version"] == want["version"]
+    diff = {c: (_verdict(cell), _verdict(want["cases"][c])) for c, cell in got["cases"].items()}
+    assert all(a == b for a, b in diff.values()), {c: d for c, d in diff.items() if d[0] != d[1]}
+
+
+@pytest.fixture(scope="session")
+def cheap_engines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Each cheap engine pip-installed into its own folder (no dependencies: they use the test
+    environment's torch); skipped where the package index cannot be reached."""
+    root = Path(os.environ.get("ROTARY_ENGINE_CACHE", tmp_path_factory.mktemp("engines")))
+    out = {}
+    for name, pkgs in CHEAP.items():
+        target = root / name
+        if not (target / ".done").exists():
+            cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), *pkgs]
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            if res.returncode != 0:
+                pytest.skip(f"cannot install {name} here (no package index?): {res.stderr[-300:]}")
+            (target / ".done").write_text("")
+        out[name] = str(target)
+    return out
+
+
+@pytest.mark.parametrize("name", list(CHEAP))
+def test_cheap_engines_give_the_committed_verdicts(name: str, cheap_engines: dict[str, str]) -> None:
+    pytest.importorskip("torch")
+    _same_verdicts(name, _worker(name, list(CASES), path=cheap_engines[name]))
+
+
+def test_liger_gives_the_committed_verdicts() -> None:
+    pytest.importorskip("liger_kernel")
+    pytest.importorskip("transformers")
+    _same_verdicts("liger", _worker("liger", list(CASES)))
+
+
+# -- every engine and reproduction: pytest -m engines ----------------------------------------------
+def _venv(name: str) -> str:
+    root = os.environ.get("ROTARY_ENGINE_VENVS")
+    py = Path(root or "/nonexistent") / name / "venv" / "bin" / "python"
+    if not py.exists():
+        mod = importlib.import_module(f"conformance.engines.{name}")
+        pytest.skip(f"no venv for {name} under $ROTARY_ENGINE_VENVS; install it with:\n{mod.INSTALL}")
+    return str(py)
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("name", field.ENGINES)
+def test_every_engine_gives_the_committed_verdicts(name: str) -> None:
+    _same_verdicts(name, _worker(name, list(CASES), python=_venv(name)))
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("finding", FINDINGS, ids=[f.repro for f in FINDINGS])
+def test_every_reproduction_runs(finding: object) -> None:
+    py = _venv(finding.engine)  # type: ignore[attr-defined]
+    script = REPRO / finding.repro  # type: ignore[attr-defined]
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "TRITON_INTERPRET": "1", "KERAS_BACKEND": "jax"}
+    res = subprocess.run(
+        [py, str(script)], capture_output=True, text=True, timeout=1800, cwd=script.parent, env=env
+    )
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
