@@ -19,6 +19,7 @@ import numpy as np
 
 from rotary.testing import ALL_BACKENDS, Backend, available
 
+from .libraries import LIBRARIES, format_libraries, run_libraries
 from .suite import COLUMNS, Cell, backends, run_backend, run_invariants, sub_available
 
 LAYOUTS = ("half", "interleaved")
@@ -97,8 +98,15 @@ def environment(bks: list) -> dict[str, Any]:
     return env
 
 
-def run(names: str | None = None, progress: Any = None) -> dict[str, Any]:
-    """Run every column for every installed (or named) backend and dtype; return the report dict."""
+def run(
+    names: str | None = None,
+    progress: Any = None,
+    libraries: tuple[str, ...] = (),
+    check: tuple[str, ...] | None = None,
+) -> dict[str, Any]:
+    """Run every column for every installed (or named) backend and dtype, list the array libraries
+    (checking those not in the table that ``check`` names, default all, and each module of
+    ``libraries``); return the report dict."""
     t0 = time.perf_counter()
     bks = backends(names)
     cells: list[Cell] = []
@@ -128,12 +136,25 @@ def run(names: str | None = None, progress: Any = None) -> dict[str, Any]:
             bad = sum(c.status == "fail" for c in got)
             progress(f"  {b.name:<28} {len(got):3d} cells, {bad} failed  ({time.perf_counter() - t:.1f} s)")
     invariants = run_invariants()
+    table: dict[str, list[str]] = {}
+    for b in bks:
+        table.setdefault(b.module, []).append(b.name)
+    t = time.perf_counter()
+    libs = run_libraries(table, libraries, check)
+    if progress:
+        bad = sum(e["passed"] is False for e in libs)
+        took = time.perf_counter() - t
+        progress(f"  {'array libraries':<28} {len(libs):3d} listed, {bad} failed  ({took:.1f} s)")
     missing = (
         sorted({m for c in cells for m in c.missing})
         if cells
         else sorted(s.name for col in COLUMNS for s in col.subs if not sub_available(s))
     )
-    failed = [c for c in cells if c.status == "fail"] + [i for i in invariants if i["passed"] is False]
+    failed = (
+        [c for c in cells if c.status == "fail"]
+        + [i for i in invariants if i["passed"] is False]
+        + [e for e in libs if e["passed"] is False]
+    )
     return {
         "passed": not failed and bool(bks),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -147,6 +168,7 @@ def run(names: str | None = None, progress: Any = None) -> dict[str, Any]:
         "not_available": missing,
         "cells": [c.to_dict() for c in cells],
         "invariants": invariants,
+        "libraries": libs,
         "warnings": list(seen.values()),
         "n_failed": len(failed),
     }
@@ -213,6 +235,8 @@ def format_report(rep: dict[str, Any]) -> str:
     for inv in rep["invariants"]:
         st = {True: "ok  ", False: "FAIL", None: "n/a "}[inv["passed"]]
         lines.append(f"  {st} {inv['name']}: {inv['detail']}")
+    if rep.get("libraries"):
+        lines += ["", *format_libraries(rep["libraries"])]
     n = len(rep["cells"])
     npass = sum(c["status"] == "pass" for c in rep["cells"])
     nna = sum(c["status"] == "n/a" for c in rep["cells"])
@@ -285,6 +309,20 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="comma-separated backend names (default: $ROTARY_BACKENDS, else every installed one; "
         "with --against: numpy)",
+    )
+    ap.add_argument(
+        "--library",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="also check every public function on this array library (its array-API namespace, or a "
+        "module with asarray); repeatable",
+    )
+    ap.add_argument(
+        "--libraries",
+        default="all",
+        help="the installed array libraries outside the table to check: all (default), none (list them "
+        "only), or comma-separated names (" + ", ".join(n for n, _ in LIBRARIES) + ")",
     )
     ap.add_argument("--quiet", action="store_true", help="print only the verdict")
     ap.add_argument(
@@ -406,8 +444,21 @@ def main(argv: list[str] | None = None) -> int:
         env_value = os.environ.get("ROTARY_BACKENDS") or None
         source = "--backends" if args.backends is not None else "$ROTARY_BACKENDS"
         bks = _select_backends(ap, args.backends if args.backends is not None else env_value, source)
+        for lib in args.library:
+            try:
+                importlib.import_module(lib)
+            except Exception as e:
+                ap.error(f"--library {lib}: cannot import it here ({type(e).__name__}: {e})")
         progress("running rotary conformance ...")
-        rep = run(",".join(b.name for b in bks), progress)
+        check = None
+        if args.libraries != "all":
+            known = [n for n, _ in LIBRARIES]
+            check = (
+                ()
+                if args.libraries == "none"
+                else tuple(_names(ap, args.libraries, known, "library", "--libraries"))
+            )
+        rep = run(",".join(b.name for b in bks), progress, tuple(args.library), check)
         text = format_report(rep)
     else:
         from .against import format_against, run_against

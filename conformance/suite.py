@@ -613,7 +613,8 @@ def run_backend(b: Backend, dtypes: list[str] | None = None) -> list[Cell]:
 # -- backend-independent invariants -----------------------------------------------------------
 def run_invariants() -> list[dict[str, Any]]:
     """Checks that do not depend on a backend: the golden vectors against a fresh float64
-    computation, NumPy float64 against the matrix form, ``inv_freq``, and the decay bound."""
+    computation, NumPy float64 against the matrix form, ``inv_freq``, onnxruntime's
+    ``RotaryEmbedding`` operator (both layouts, partial rotary), and the decay bound."""
     from rotary.testing import reference
 
     from . import vectors
@@ -642,6 +643,9 @@ def run_invariants() -> list[dict[str, Any]]:
             "detail": f"max relative difference {th_err:.2g}",
         }
     )
+    from .onnx import run_rotary_embedding
+
+    out += run_rotary_embedding()  # the ONNX standard's operator, an independent oracle
     if not _has("decay_bound"):
         out.append({"name": "decay_bound", "passed": None, "detail": "not available in this rotary"})
         return out

@@ -1,7 +1,8 @@
 """rotary: the reference Rotary Position Embedding for every array library.
 
 One implementation written against the Python array API standard, run unchanged on NumPy,
-CuPy, PyTorch, JAX, Dask and array-api-strict arrays.
+CuPy, PyTorch, JAX, Dask, array-api-strict, cubed, marray and ndonnx arrays, and on any other
+array-API library (the generic code, reading values only where the library can give them).
 
 >>> import numpy as np, rotary
 >>> q = k = np.ones((1, 4, 8, 32), dtype=np.float32)

@@ -13,8 +13,10 @@ from typing import Any
 from ._backends import backend_for
 from ._lib import _validation as chk
 from ._lib._cache import fast_paths_enabled
-from ._lib._compat import array_namespace, is_array
+from ._lib._compat import array_namespace, index_dtype, is_array
+from ._lib._compat import device as be_device
 from ._lib._typing import Array, RotaryEmbedding
+from ._math._groups import merge_heads, split_heads
 from ._rope import default_rope, eager_positions
 
 __all__ = ["attention"]
@@ -140,18 +142,25 @@ def attention(
         visible = xp.any(xp.broadcast_to(seen, (*mask.shape[:-2], n, m)), axis=-2)
         vc = xp.where(visible[..., None], vc, xp.zeros_like(vc))
     kt = xp.matrix_transpose(kc)
-    if block_size is None:
-        rows = 1
-        for s in lead:  # (a loop: torch.compile(fullgraph=True) cannot trace math.prod of a generator)
-            rows *= int(s)
-        block_size = max(1, min(n, _BLOCK_ELEMENTS // max(1, rows * m)))
-    jdx = xp.arange(m, device=dev)
+    # symbolic sizes (ndonnx's dynamic axes): one block, the causal mask from index arrays
+    symbolic = n is None or m is None or any(x is None for x in lead)
+    spans: list[tuple[Any, Any]] = [(0, n)]
+    jdx = None
+    if n is not None and m is not None and not symbolic:
+        if block_size is None:
+            rows = 1
+            for s in lead:  # (a loop: torch.compile(fullgraph=True) cannot trace math.prod of a generator)
+                rows *= int(s)
+            block_size = max(1, min(n, _BLOCK_ELEMENTS // max(1, rows * m)))
+        spans = [(s, min(s + block_size, n)) for s in range(0, n, block_size)]
+        jdx = xp.arange(m, device=dev)
     outs = []
-    for s in range(0, n, block_size):
-        e = min(s + block_size, n)
+    for s, e in spans:
         logits = xp.matmul(qc[..., s:e, :], kt) * scale
         keep = None
-        if causal:
+        if causal and jdx is None:
+            keep = _causal_symbolic(qc, kc, xp)
+        elif causal and jdx is not None and m is not None and n is not None:
             idx = xp.arange(s, e, device=dev) + (m - n)
             keep = jdx[None, :] <= idx[:, None]
         if mask is not None:
@@ -172,19 +181,31 @@ def attention(
         outs.append(xp.matmul(p, vc) / den)
     out = outs[0] if len(outs) == 1 else xp.concat(outs, axis=-2)
     if groups > 1:
-        out = xp.reshape(out, out_shape)
+        out = merge_heads(out, q.shape[-3], groups, xp)
     return out if out.dtype == q.dtype else xp.astype(out, q.dtype)
+
+
+def _causal_symbolic(q: Array, k: Array, xp: Any) -> Array:
+    """The causal mask ``key j <= query i + (M - N)`` where N and M are symbolic: indices and
+    counts from cumulative sums of ones along the sequence axes (no ``arange`` of an unknown
+    length)."""
+    dt = index_dtype(xp, be_device(q))
+    oq, ok = xp.ones_like(q[..., 0], dtype=dt), xp.ones_like(k[..., 0], dtype=dt)
+    qi = xp.cumulative_sum(oq, axis=-1) - 1
+    kj = xp.cumulative_sum(ok, axis=-1) - 1
+    shift = xp.sum(ok, axis=-1, keepdims=True) - xp.sum(oq, axis=-1, keepdims=True)
+    return kj[..., None, :] <= (qi + shift)[..., :, None]
 
 
 def _grouped(xp: Any, g: int, q: Array, k: Array, v: Array, mask: Any) -> tuple[Array, Array, Array, Any]:
     """``q`` ``(..., H, N, d)`` as ``(..., H/g, g, N, d)``; ``k``, ``v`` and a mask with one row per
     key head or none get a size-1 group axis (broadcast, never materialised)."""
     hq = q.shape[-3]
-    q = xp.reshape(q, (*q.shape[:-3], hq // g, g, *q.shape[-2:]))
+    q = split_heads(q, g, xp)
     k, v = xp.expand_dims(k, axis=-3), xp.expand_dims(v, axis=-3)
     if mask is not None and mask.ndim >= 3:
         if mask.shape[-3] == hq:
-            mask = xp.reshape(mask, (*mask.shape[:-3], hq // g, g, *mask.shape[-2:]))
+            mask = split_heads(mask, g, xp)
         else:  # one row for all heads
             mask = xp.expand_dims(mask, axis=-3)
     return q, k, v, mask

@@ -37,6 +37,7 @@ from ._lib._cache import fast_paths_enabled
 from ._lib._compat import array_namespace, is_array, library_name
 from ._lib._typing import Array, Device, DType, FeatureMapName, Namespace, RotaryEmbedding, Similarity
 from ._math import _linear
+from ._math._groups import merge_heads, split_heads
 from ._rope import default_rope, eager_positions
 
 __all__ = ["FEATURE_MAPS", "LinearAttentionState", "combine", "linear_attention", "linear_attention_state"]
@@ -343,12 +344,18 @@ def linear_attention_state(
 
 
 def _state(S: Array, z: Array, offset: Any, kv_lead: tuple[Any, ...], xp: Namespace) -> LinearAttentionState:
-    """The state of sums ``S``, ``z`` broadcast to the leading axes ``kv_lead`` of k and v."""
-    if tuple(S.shape[:-2]) != kv_lead:
+    """The state of sums ``S``, ``z`` broadcast to the leading axes ``kv_lead`` of k and v
+    (``offset``: ``None`` where the key count is symbolic)."""
+    if not _same(tuple(S.shape[:-2]), kv_lead):
         S = xp.broadcast_to(S, (*kv_lead, *S.shape[-2:]))
-    if tuple(z.shape[:-1]) != kv_lead:
+    if not _same(tuple(z.shape[:-1]), kv_lead):
         z = xp.broadcast_to(z, (*kv_lead, z.shape[-1]))
     return LinearAttentionState(S, z, offset)
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """The same shape as far as it is known (a symbolic size, ``None``, is taken to match)."""
+    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b, strict=True))
 
 
 def _core(
@@ -556,7 +563,7 @@ def linear_attention(
         chunk_size = chk.check_int(chunk_size, "chunk_size", minimum=1)
     return_state = chk.check_bool(return_state, "return_state")
     kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
-    lead, groups = chk.query_groups(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
+    _, groups = chk.query_groups(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
     sdt = state[0].dtype if isinstance(state, tuple) and len(state) == 3 and is_array(state[0]) else None
     chunk, plan = _prepare(q, k, v, pos, k_pos, rope, feature_map, similarity, eps, key_mask, sdt, xp)
     F = chunk.b.shape[-1]
@@ -570,12 +577,12 @@ def linear_attention(
     if groups > 1:  # grouped-query heads: q's heads as (key head, group), no repeat of k and v
         chunk, S0, z0 = _grouped(xp, groups, chunk, S0, z0)
     size = 128 if chunk_size is None else chunk_size
-    if not be.tracing():  # the length may be symbolic under a trace (dynamic shapes, jax.export)
+    if not be.tracing() and q.shape[-2] is not None:  # (symbolic under a trace or in ndonnx)
         size = max(1, min(q.shape[-2], size))
     core = be.jit(_core, (0, 1, 2, 3, 4, 5))
     out, S, z = core(plan, causal, size, be, be.creation_device(k), q.dtype, chunk, S0, z0)
     if groups > 1:
-        out = xp.reshape(out, (*lead, *out.shape[-2:]))
+        out = merge_heads(out, q.shape[-3], groups, xp)
         S, z = S[..., 0, :, :], z[..., 0, :]
     if not return_state:
         return out
@@ -589,7 +596,7 @@ def _grouped(
     the state get a size-1 group axis (broadcast, never materialised)."""
 
     def split(x: Array) -> Array:
-        return xp.reshape(x, (*x.shape[:-3], x.shape[-3] // g, g, *x.shape[-2:]))
+        return split_heads(x, g, xp)
 
     def one(x: Array) -> Array:
         return xp.expand_dims(x, axis=-3)

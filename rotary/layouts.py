@@ -25,7 +25,7 @@ import numpy as np
 
 from ._backends import backend_for
 from ._lib import _validation as v
-from ._lib._compat import array_namespace, is_array
+from ._lib._compat import array_namespace, index_dtype, is_array
 from ._lib._typing import Array, Layout
 from ._math._rotation import LAYOUTS, permutation
 
@@ -147,5 +147,5 @@ def convert_layout(
         return be.map_heads(kernel, x, axis=ax, head_dim=hd)
     perm = permutation(src, dst, hd, r)
     full = [start + j for start in range(0, n, hd) for j in perm]
-    idx = xp.asarray(full, dtype=xp.int32 if n < 2**31 else xp.int64, device=be.creation_device(x))
+    idx = xp.asarray(full, dtype=index_dtype(xp, be.creation_device(x)), device=be.creation_device(x))
     return xp.take(x, idx, axis=ax)

@@ -179,7 +179,10 @@ class AxialRoPE(Rotary):
             c, s = self._ropes[0]._pair_cos_sin(pos, be, dev, dtype, rng)
             lead = tuple(c.shape[:-2])
             n = self.rotary_dim // 2
-            return xp.reshape(c, (*lead, n)), xp.reshape(s, (*lead, n))
+            shape = v.known_shape(
+                (*lead, n), f"pos of shape {tuple(pos.shape)}", "give it at most one dynamic dimension"
+            )
+            return xp.reshape(c, shape), xp.reshape(s, shape)
         cs = [r._pair_cos_sin(pos[..., a], be, dev, dtype, rng) for a, r in enumerate(self._ropes)]
         return xp.concat([c for c, _ in cs], axis=-1), xp.concat([s for _, s in cs], axis=-1)
 

@@ -238,7 +238,7 @@ def from_attention_mask(mask: Array, *, fill: int = 0) -> Array:
     else:
         raise TypeError(f"mask must be a boolean or integer array, got dtype {v.dtype_name(mask.dtype)}")
     pos = xp.cumulative_sum(xp.astype(on, dt), axis=-1, dtype=dt) - 1
-    return xp.where(on, pos, xp.full(pos.shape, fill, dtype=dt, device=dev))
+    return xp.where(on, pos, xp.full_like(pos, fill))  # (full_like: pos.shape may be symbolic)
 
 
 # -- M-RoPE -------------------------------------------------------------------------------------

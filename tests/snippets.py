@@ -12,7 +12,21 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 
 #: Optional libraries a snippet may import: the snippet is skipped where one is missing.
-OPTIONAL = ("torch", "jax", "dask", "distributed", "transformers", "array_api_strict", "cupy", "matplotlib")
+OPTIONAL = (
+    "torch",
+    "jax",
+    "dask",
+    "distributed",
+    "transformers",
+    "array_api_strict",
+    "cupy",
+    "matplotlib",
+    "ndonnx",
+    "onnx",
+    "onnxruntime",
+    "cubed",
+    "marray",
+)
 
 
 def markdown_blocks(path: Path = README) -> list[str]:

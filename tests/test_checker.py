@@ -32,7 +32,7 @@ def test_reference_like_implementation_passes_every_property():
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_rotary_passes_with_exact_angles(backend, layout):
-    for dtype in backend.float_dtypes():
+    for dtype in backend.float_dtypes()[:1] if backend.slow else backend.float_dtypes():
         rep = check_rope(
             lambda x, p: rotary.rotate(x, p, layout=layout),
             layout=layout,

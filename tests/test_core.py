@@ -151,7 +151,7 @@ def test_inv_freq_in_every_namespace(backend):
     raw = importlib.import_module(
         {"jax": "jax.numpy", "dask": "dask.array"}.get(backend.module, backend.module)
     )
-    for xp in (backend.xp, raw):
+    for xp in (backend.xp, raw) if hasattr(raw, "asarray") else (backend.xp,):  # (marray's is a factory)
         w = rotary.RoPE(8).inv_freq(xp=xp, device=backend.device)
         np.testing.assert_allclose(np.asarray(backend.to_numpy(w), dtype=np.float64), want, rtol=1.2e-7)
 

@@ -88,3 +88,33 @@ def test_golden_vectors_and_properties_counts() -> None:
         vectors.index_names()
     )
     assert f"{len(PROPERTIES)}/{len(PROPERTIES)} hold" in _read("docs/guides/conformance.rst")
+
+
+def test_array_libraries_counts() -> None:
+    from conformance.calls import CALLS
+
+    page = "docs/guides/array_libraries.rst"
+    assert _count(page, r"The (\d+) public functions are") == len(CALLS)
+    assert _count(page, r"array libraries \((\d+) public functions each") == len(CALLS)
+
+
+def test_ndonnx_model_sizes() -> None:
+    ndx = pytest.importorskip("ndonnx")
+    import rotary
+
+    text = _read("docs/guides/array_libraries.rst")
+    m = re.search(
+        r"head dimension 128 is a model of (\d+) nodes and ([\d.]+) MB .*? it is (\d+) nodes and ([\d.]+) KB",
+        text,
+    )
+    assert m, "array_libraries.rst: the model size sentence changed"
+    got = []
+    for kw in ({}, {"angles": "float32"}):
+        q = ndx.argument(shape=("batch", 8, "seq", 128), dtype=ndx.float32)
+        k = ndx.argument(shape=("batch", 2, "seq", 128), dtype=ndx.float32)
+        p = ndx.argument(shape=("seq",), dtype=ndx.int64)
+        qr, kr = rotary.RoPE(128, base=500000.0, **kw).apply(q, k, p)
+        model = ndx.build({"q": q, "k": k, "pos": p}, {"q_rot": qr, "k_rot": kr})
+        got.append((len(model.graph.node), len(model.SerializeToString())))
+    assert int(m.group(1)) == got[0][0] and float(m.group(2)) == round(got[0][1] / 1e6, 1)
+    assert int(m.group(3)) == got[1][0] and float(m.group(4)) == round(got[1][1] / 1e3, 1)

@@ -224,6 +224,50 @@ def test_onnx_export_runs_in_onnxruntime(rng, tmp_path):
         assert_close(got, _block_ref(q.numpy(), k.numpy(), pos.numpy()), dtype="float32")
 
 
+@pytest.mark.parametrize("angles", ["exact", "float32"])
+def test_onnx_export_graph_is_the_documented_one(angles):
+    # docs/guides/array_libraries.rst: the graph torch.onnx.export emits for RoPE(64).apply (its
+    # nodes and size), and onnxscript's opset-23 fusion finding no RotaryEmbedding in it.
+    import re
+    from pathlib import Path
+
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxscript")
+    from onnxscript.rewriter import onnx_fusions
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rope = rotary.RoPE(64, angles=angles)
+
+        def forward(self, q, k, pos):
+            return self.rope.apply(q, k, pos)
+
+    q, pos = torch.randn(2, 4, 8, 64), torch.arange(8)
+    seq, batch = torch.export.Dim("seq", min=2, max=4096), torch.export.Dim("batch", min=1, max=64)
+    kw = dict(
+        dynamo=True, input_names=["q", "k", "pos"], dynamic_shapes=({0: batch, 2: seq},) * 2 + ({0: seq},)
+    )
+    model = torch.onnx.export(M().eval(), (q, q, pos), verbose=False, **kw).model_proto  # initializers inside
+    nodes, size = len(model.graph.node), len(model.SerializeToString())
+    page = " ".join(
+        (Path(__file__).resolve().parents[1] / "docs/guides/array_libraries.rst").read_text().split()
+    )
+    m = re.search(
+        r"(\d+) nodes and ([\d.]+) MB with exact angles .*?, (\d+) nodes and ([\d.]+) KB with "
+        r"``angles=\"float32\"``",
+        page,
+    )
+    assert m, "array_libraries.rst: the torch.onnx.export sentence changed"
+    if angles == "exact":
+        assert (int(m.group(1)), float(m.group(2))) == (nodes, round(size / 1e6, 1))
+    else:
+        assert (int(m.group(3)), float(m.group(4))) == (nodes, round(size / 1e3, 1))
+    prog = torch.onnx.export(M().eval(), (q, q, pos), opset_version=23, verbose=False, **kw)
+    assert onnx_fusions.fuse(prog.model)["RotaryEmbedding"] == 0
+
+
 # -- jax.export ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["rope", "linear_causal"])
 def test_jax_export_symbolic_batch_and_seq(name, rng):

@@ -74,8 +74,11 @@ def test_decode_steps_stay_bitwise_generic(backend, rng):
     q = backend.asarray(rng.standard_normal((1, 32, 1, 128)), "float32")
     k = backend.asarray(rng.standard_normal((1, 8, 1, 128)), "float32")
     rope = rotary.RoPE(128)
-    for i, p in enumerate([5, 6, 4095, 4096, 40_000, 2**15 - 1, 2**15, -3, 0, 5]):
-        if i == 8:
+    steps = [5, 6, 4095, 4096, 40_000, 2**15 - 1, 2**15, -3, 0, 5]
+    if backend.slow:  # one step of each kind
+        steps = [5, 4096, 40_000, -3, 0, 5]
+    for i, p in enumerate(steps):
+        if i == len(steps) - 2:
             rotary.clear_cache()
         pos = backend.asarray(np.array([p]), backend.int_dtype())
         fast, slow = _both(lambda pos=pos: rope.apply(q, k, pos))
@@ -116,6 +119,8 @@ def test_axial_single_token_takes_each_axis_own_row(backend, rng, split):
 @pytest.mark.parametrize("top", [4095, 2**15 - 1, 4096**2 - 1, 2**31 - 1])
 def test_exact_angle_fast_paths_are_bitwise_generic(backend, rng, top):
     """Position tables (< 2**15), skipped digit levels and the non-negative hint: same bits."""
+    if backend.slow and top != 2**31 - 1:
+        pytest.skip("a slow backend runs the widest range only (every digit level)")
     rope = rotary.RoPE(64)
     p = np.concatenate([np.arange(0, 1500), rng.integers(0, top, size=1500, endpoint=True)])
     for signed in (False, True):

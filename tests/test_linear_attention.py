@@ -199,7 +199,7 @@ def test_token_by_token_and_pieces_equal_one_call(backend, rng, similarity):
     kw = {"causal": True, "similarity": similarity}
     whole, st_whole = rotary.linear_attention(q, k, v, pos, chunk_size=5, return_state=True, **kw)
     ref = to_numpy(whole)
-    for cuts in ([1] * n, [3, 5]):
+    for cuts in ([3, 5],) if backend.slow else ([1] * n, [3, 5]):  # (token by token: n computations)
         state, outs, s = None, [], 0
         for c in cuts:
             sl = slice(s, s + c)

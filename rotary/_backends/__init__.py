@@ -8,9 +8,20 @@ module is imported only when arrays of that library are seen.
 
 from __future__ import annotations
 
-from .._lib._compat import library_name
+from typing import Any
+
+from .._lib._compat import library_name, register_mender
 from .._lib._typing import Namespace
 from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder
+
+
+def _mend_cubed(xp: Any) -> Any:
+    from ._cubed import mend
+
+    return mend(xp)
+
+
+register_mender("cubed", _mend_cubed)  # (imports cubed's module only when cubed arrays are seen)
 
 __all__ = ["POSITION_TABLE_MAX", "Backend", "ConstantBuilder", "backend_for"]
 

@@ -18,8 +18,16 @@ import numpy as np
 
 from .._lib import _validation as v
 from .._lib._cache import fast_paths_enabled, get_or_build
+from .._lib._compat import (
+    capability,
+    is_array,
+    is_host_positions,
+    is_lazy,
+    is_writeable,
+    library_name,
+    to_numpy,
+)
 from .._lib._compat import device as _device
-from .._lib._compat import is_array, is_host_positions, library_name, to_numpy
 from .._lib._typing import Array, Device, DType, Layout, Namespace
 from .._math import _angles, _linear
 from .._math._rotation import rotate_pairs
@@ -48,6 +56,9 @@ class Backend:
     def __init__(self, xp: Namespace) -> None:
         self.xp = xp
         self.name = library_name(xp)
+        # A library that cannot give data-dependent shapes builds graphs (cubed, JAX): its
+        # values are never read eagerly, whatever a probe of one array says.
+        self.values_readable = bool(capability(xp, "data-dependent shapes", True))
 
     def __repr__(self) -> str:
         return f"<rotary backend {self.name}>"
@@ -99,8 +110,11 @@ class Backend:
 
     # -- values --------------------------------------------------------------------------------
     def is_concrete(self, x: Array) -> bool:
-        """``x``'s values can be read now, cheaply and without breaking a trace."""
-        return True
+        """``x``'s values can be read now, cheaply and without breaking a trace: never for a lazy
+        array (``array_api_compat.is_lazy_array``: Dask, ndonnx, JAX) or a library that cannot
+        give data-dependent shapes (cubed); there rotary behaves as under a trace (values
+        unchecked, no value-dependent fast path)."""
+        return self.values_readable and not is_lazy(x)
 
     def tracing(self) -> bool:
         """A trace (``jax.jit``, ``torch.compile``) is being recorded: nothing may be built
@@ -376,7 +390,7 @@ class Backend:
         states (working memory of one chunk), or all chunks at once where :meth:`_loop_free`."""
         xp = self.xp
         n = chunks.a.shape[-2]
-        if self._loop_free(n):
+        if n is None or self._loop_free(n):  # (None: a symbolic length, ndonnx)
             return batched_causal_scan(chunks, init, size, eps, device, out_dtype, xp, self._cumsum)
         carry = init
         if n == 0:
@@ -392,9 +406,12 @@ class Backend:
             carry = _linear.add(carry, _linear.chunk_state(ch, xp))
             if o.dtype != out_dtype:
                 o = xp.astype(o, out_dtype)
-            # (written into one output only where a fast path may run: a batched or dual chunk
-            # cannot be written into a plain array)
-            if not self.writable or stop - start == n or not self.fast(o):
+            # (written into one output only where a fast path may run, a batched or dual chunk
+            # cannot be written into a plain array, and for an eager writeable library: a graph
+            # library such as cubed takes no item assignment, whatever a probe says)
+            if not (self.writable and self.values_readable and is_writeable(o) and self.fast(o)) or (
+                stop - start == n
+            ):
                 outs.append(o)
                 continue
             if out is None:

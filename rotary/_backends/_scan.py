@@ -27,6 +27,9 @@ def _pad_seq(x: Array, pad: int, xp: Namespace) -> Array:
 def _zero_chunk(x: Array, axis: int, xp: Namespace) -> Array:
     shape = list(x.shape)
     shape[axis] = 1
+    if any(d is None for d in shape):  # symbolic sizes: zeros shaped like one chunk of x
+        index = tuple(slice(0, 1) if i == axis % x.ndim else slice(None) for i in range(x.ndim))
+        return xp.zeros_like(x[index])
     return xp.zeros(tuple(shape), dtype=x.dtype, device=_dev(x))
 
 
@@ -47,13 +50,17 @@ def batched_causal_scan(
     """``cumsum(x, axis)``: the library's own, where ``xp.cumulative_sum`` is a wrapper a
     tracer should not see (array-api-compat's torch one looks up the namespace, lru-cached)."""
     n = chunks.a.shape[-2]
-    m = (n + size - 1) // size  # (this form lets jax.export see m >= 1)
-    pad = m * size - n
-    parts = []
-    for t in chunks:
-        t = _pad_seq(t, pad, xp)
-        parts.append(xp.reshape(t, (*t.shape[:-2], m, size, t.shape[-1])))
-    ch = _linear.Chunk(*parts)
+    if n is None:  # a symbolic length (ndonnx): chunks of one token, by a new axis (no padding)
+        size = 1
+        ch = _linear.Chunk(*(xp.expand_dims(t, axis=-2) for t in chunks))
+    else:
+        m = (n + size - 1) // size  # (this form lets jax.export see m >= 1)
+        pad = m * size - n
+        parts = []
+        for t in chunks:
+            t = _pad_seq(t, pad, xp)
+            parts.append(xp.reshape(t, (*t.shape[:-2], m, size, t.shape[-1])))
+        ch = _linear.Chunk(*parts)
     st = _linear.chunk_state(ch, xp)  # (..., m, F, dv), (..., m, F)
     S_incl = xp.cumulative_sum(st.S, axis=-3) if cumsum is None else cumsum(st.S, -3)
     z_incl = xp.cumulative_sum(st.z, axis=-2) if cumsum is None else cumsum(st.z, -2)
@@ -67,7 +74,10 @@ def batched_causal_scan(
             prefix.S + xp.expand_dims(init.S, axis=-3), prefix.z + xp.expand_dims(init.z, axis=-2)
         )
     out = _linear.chunk_output(ch, prefix, eps, xp, device, cumsum)  # (..., m, C, dv)
-    out = xp.reshape(out, (*out.shape[:-3], m * size, out.shape[-1]))[..., :n, :]
+    if n is None:
+        out = xp.squeeze(out, axis=-2)
+    else:
+        out = xp.reshape(out, (*out.shape[:-3], m * size, out.shape[-1]))[..., :n, :]
     if out.dtype != out_dtype:
         out = xp.astype(out, out_dtype)
     final = _linear.add(init, _linear.State(S_incl[..., -1, :, :], z_incl[..., -1, :]))

@@ -19,15 +19,18 @@ from ._typing import Array, Device, Namespace
 __all__ = [
     "array_namespace",
     "as_namespace",
+    "capability",
     "device",
+    "index_dtype",
     "is_array",
     "is_host_positions",
     "library_name",
+    "register_mender",
     "to_numpy",
 ]
 
 #: Top-level modules of the array libraries whose arrays ``is_array`` recognises by type.
-_ARRAY_MODULES = ("numpy", "torch", "cupy", "dask", "jax", "jaxlib", "sparse", "array_api_strict")
+_ARRAY_MODULES = ("numpy", "torch", "cupy", "dask", "jax", "jaxlib", "sparse", "array_api_strict", "ndonnx")
 
 #: Namespace ``__name__`` -> library name.
 _LIBRARIES = {
@@ -145,6 +148,7 @@ def array_namespace(*arrays: Any, names: tuple[str, ...] = ()) -> Namespace:
             f"arrays must all come from the same array library; got {kinds}. "
             "Convert them to one library first (positions may also be NumPy arrays or Python values)."
         ) from None
+    xp = _mended(xp)
     if (
         one is not None
         and len(real) == len([a for a in arrays if a is not None])
@@ -153,6 +157,21 @@ def array_namespace(*arrays: Any, names: tuple[str, ...] = ()) -> Namespace:
     ):
         _BY_TYPE[one] = xp
     return xp
+
+
+#: Library name -> a function giving its namespace with a library's departures from the standard
+#: mended (registered by the backend layer, which names the library: cubed).
+_MENDERS: dict[str, Any] = {}
+
+
+def register_mender(library: str, mend: Any) -> None:
+    """Use ``mend(xp)`` for ``library``'s namespace wherever rotary looks one up."""
+    _MENDERS[library] = mend
+
+
+def _mended(xp: Namespace) -> Namespace:
+    mend = _MENDERS.get(getattr(xp, "__name__", ""))
+    return xp if mend is None else mend(xp)
 
 
 def as_namespace(xp: Any) -> Namespace:
@@ -174,7 +193,35 @@ def as_namespace(xp: Any) -> Namespace:
         return importlib.import_module(f"array_api_compat.{name}")
     if not hasattr(xp, "asarray") or not hasattr(xp, "__array_namespace_info__"):
         raise TypeError(f"xp must be an array-API namespace, got module {name!r}")
-    return xp
+    return _mended(xp)
+
+
+def capability(xp: Namespace, name: str, default: Any) -> Any:
+    """The namespace's ``__array_namespace_info__().capabilities()[name]`` (``default`` where it
+    does not say)."""
+    try:
+        return xp.__array_namespace_info__().capabilities().get(name, default)
+    except Exception:
+        return default
+
+
+def index_dtype(xp: Namespace, device: Device = None) -> Any:
+    """The namespace's default dtype for indices on ``device`` (``default_dtypes()["indexing"]``:
+    int64 on most libraries, int32 on JAX without x64; ndonnx's ``take`` accepts nothing else)."""
+    try:
+        return xp.__array_namespace_info__().default_dtypes(device=device)["indexing"]
+    except Exception:
+        return xp.int64 if hasattr(xp, "int64") else xp.int32
+
+
+def is_writeable(x: Any) -> bool:
+    """``array_api_compat.is_writeable_array``: ``x[...] = y`` works on ``x``."""
+    return bool(array_api_compat.is_writeable_array(x))
+
+
+def is_lazy(x: Any) -> bool:
+    """``array_api_compat.is_lazy_array``: ``x``'s values cannot be read cheaply and eagerly."""
+    return bool(array_api_compat.is_lazy_array(x))
 
 
 def device(x: Array) -> Device:
@@ -202,7 +249,33 @@ def to_numpy(x: Any) -> np.ndarray:
         import array_api_strict
 
         return np.asarray(x.to_device(array_api_strict.Device("CPU_DEVICE")))
-    out = np.asarray(x)
+    if mod == "ndonnx":  # (the values it propagated; a symbolic array has none: ValueError)
+        return np.asarray(x.unwrap_numpy())
+    return _foreign_to_numpy(x)
+
+
+def _foreign_to_numpy(x: Any) -> np.ndarray:
+    """Another library's array on the host: by DLPack (the standard's interchange), else its
+    ``__array__``; a ``TypeError`` naming the type when neither gives numbers (never ``int()`` or
+    ``float()`` on the array itself)."""
+    out: Any = None
+    if hasattr(x, "__dlpack__"):
+        try:
+            out = np.from_dlpack(x)
+        except (BufferError, TypeError, ValueError, RuntimeError, NotImplementedError):
+            out = None
+    if out is None:
+        try:
+            out = np.asarray(x)
+        except Exception as e:
+            raise TypeError(
+                f"cannot read the values of a {type(x).__module__}.{type(x).__name__} on the host: {e}"
+            ) from None
     if out.dtype.name == "bfloat16":
         out = out.astype(np.float32)
+    if out.dtype.kind not in "biuf":
+        raise TypeError(
+            f"cannot read the values of a {type(x).__module__}.{type(x).__name__} on the host "
+            f"(no DLPack, and NumPy reads it as {out.dtype})"
+        )
     return out

@@ -291,6 +291,19 @@ def query_groups(
         return (*rest, hq), hq // hk
 
 
+def known_shape(shape: tuple[Any, ...], what: str, hint: str = "") -> tuple[Any, ...]:
+    """``shape`` for ``reshape``: its one unknown size (``None``: symbolic arrays such as ndonnx's)
+    as ``-1``; more than one cannot be written as a shape (``ValueError`` naming ``what``, with
+    ``hint``)."""
+    unknown = [i for i, d in enumerate(shape) if d is None]
+    if len(unknown) > 1:
+        raise ValueError(
+            f"{what} has {len(unknown)} dimensions of unknown size; rotary needs all but one known here"
+            + (f" ({hint})" if hint else "")
+        )
+    return tuple(-1 if d is None else d for d in shape)
+
+
 def broadcast_shapes(*shapes: tuple[Any, ...], names: str) -> tuple[Any, ...]:
     """The broadcast of ``shapes`` (``ValueError`` naming ``names`` when they do not broadcast)."""
     n = max([0, *(len(s) for s in shapes)])

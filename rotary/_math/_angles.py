@@ -42,7 +42,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .._lib._typing import Array, DType, Namespace
-from .._lib._validation import dtype_name, is_floating
+from .._lib._validation import dtype_name, is_floating, known_shape
 
 __all__ = [
     "DIGIT_BITS",
@@ -247,7 +247,16 @@ def exact_cos_sin(
     # (the width from c, not from w or the tables: under torch.compile(dynamic=True) a
     # constant's shape cannot be read)
     n = c.shape[-1]
-    return xp.reshape(c, (*shape, n)), xp.reshape(s, (*shape, n))
+    out = known_shape((*shape, n), f"pos of shape {shape}", _UNKNOWN_HINT)
+    return xp.reshape(c, out), xp.reshape(s, out)
+
+
+#: What to do when positions have more than one dimension of unknown size.
+_UNKNOWN_HINT = (
+    "exact angles gather table rows by a flat index and reshape back: give the positions at most one "
+    "dynamic dimension, e.g. (seq,) or (batch_size, seq) with batch_size fixed, or use angles='float32', "
+    "which needs no tables"
+)
 
 
 def float32_recipe(pos: Array, inv32: Array, *, xp: Namespace) -> tuple[Array, Array]:

@@ -3,6 +3,7 @@ permutation between them."""
 
 from __future__ import annotations
 
+from .._lib._compat import device, index_dtype
 from .._lib._typing import Array, Layout, Namespace
 
 __all__ = ["LAYOUTS", "expand_pairs", "permutation", "rotate_pairs"]
@@ -35,6 +36,8 @@ def rotate_pairs(
     d = x.shape[-1]
     h = rotary_dim // 2
     lead = tuple(x.shape[:-1])
+    if any(n is None for n in lead):  # symbolic sizes (ndonnx): no reshape of the leading axes
+        return _rotate_unknown_lead(x, cos, sin, layout, rotary_dim, xp, out_dtype)
     # the pairs on an axis of their own, (..., 2, h) or (..., h, 2): one elementwise pass and a
     # stack (slices and a concatenate cost XLA about 1.5x that).  No slice when every feature
     # rotates (torch's legacy vmap, which batches gradients, has no rule for the alias it makes)
@@ -56,10 +59,34 @@ def rotate_pairs(
     return out if out.dtype == out_dtype else xp.astype(out, out_dtype)
 
 
+def _rotate_unknown_lead(
+    x: Array, cos: Array, sin: Array, layout: Layout, rotary_dim: int, xp: Namespace, out_dtype: object
+) -> Array:
+    """:func:`rotate_pairs` where leading sizes are unknown (``None``): the pairs by slicing, the
+    halves joined by ``concat`` (and, interleaved, put back in place by one ``take`` along the
+    features).  The same operations on the same values: the same results."""
+    h, d = rotary_dim // 2, x.shape[-1]
+    if layout == "half":
+        x1, x2 = x[..., :h], x[..., h:rotary_dim]
+    else:
+        x1, x2 = x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
+    rot = xp.concat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    if layout == "interleaved":
+        rot = xp.take(rot, _index([j for i in range(h) for j in (i, i + h)], x, xp), axis=-1)
+    out = xp.concat([rot, x[..., rotary_dim:]], axis=-1) if rotary_dim < d else rot
+    return out if out.dtype == out_dtype else xp.astype(out, out_dtype)
+
+
+def _index(values: list[int], like: Array, xp: Namespace) -> Array:
+    return xp.asarray(values, dtype=index_dtype(xp, device(like)), device=device(like))
+
+
 def expand_pairs(c: Array, layout: Layout, xp: Namespace) -> Array:
     """Per-pair values ``(..., r/2)`` as per-feature values ``(..., r)`` laid out for ``layout``."""
     if layout == "half":
         return xp.concat([c, c], axis=-1)
+    if any(n is None for n in c.shape[:-1]):  # symbolic sizes: each value repeated by a gather
+        return xp.take(c, _index([i for i in range(c.shape[-1]) for _ in (0, 1)], c, xp), axis=-1)
     st = xp.stack([c, c], axis=-1)
     return xp.reshape(st, (*st.shape[:-2], st.shape[-2] * 2))
 

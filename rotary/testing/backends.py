@@ -22,7 +22,7 @@ import numpy as np
 
 from .._lib._compat import to_numpy as _to_numpy
 
-__all__ = ["ALL_BACKENDS", "Backend", "available", "backend_params", "get"]
+__all__ = ["ALL_BACKENDS", "Backend", "available", "backend_params", "get", "library_path"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +49,10 @@ class Backend:
     tracer: str | None = None
     #: Arrays live on a GPU (``pytest -m gpu`` selects these).
     gpu: bool = False
+    #: Every computation is planned and run by an executor, a tenth of a second or more each
+    #: (cubed): tests that repeat one check over many calls or dtypes run fewer of them there (the
+    #: conformance report runs them all).
+    slow: bool = False
 
     @property
     def xp(self) -> Any:
@@ -101,6 +105,10 @@ class Backend:
                 return da.from_array(arr)
             chunks = (*(max(1, s // 2) for s in arr.shape[:-1]), arr.shape[-1])
             return da.from_array(arr, chunks=chunks)  # pyright: ignore[reportArgumentType]
+        if self.module == "cubed":  # (its asarray refuses host data above 1 MB)
+            import cubed
+
+            return cubed.from_array(np.asarray(a, dtype=dtype))
         if dtype == "bfloat16":
             return self.xp.astype(
                 self.xp.asarray(a.astype(np.float32), device=self.device), self.dtype("bfloat16")
@@ -118,6 +126,19 @@ def _module(name: str) -> Callable[[], Any]:
 
 def _compat(name: str) -> Callable[[], Any]:
     return _module(f"array_api_compat.{name}")
+
+
+def _mended(name: str) -> Any:
+    """The namespace rotary uses for a library (cubed's with its departures mended)."""
+    from .._lib._compat import as_namespace
+
+    return as_namespace(importlib.import_module(name))
+
+
+@functools.lru_cache(maxsize=1)
+def _marray_numpy() -> Any:
+    """marray's masked namespace over NumPy, made once (each call makes a new array class)."""
+    return importlib.import_module("marray").masked_namespace(np)
 
 
 def _strict(name: str, device: str | None = None, *, float64: bool = True, int64: bool = True) -> Backend:
@@ -153,6 +174,17 @@ ALL_BACKENDS: tuple[Backend, ...] = (
         "dask", "dask", _compat("dask.array"), writeable=False, lazy=True, float16=False, host_values=False
     ),
     Backend("cupy", "cupy", _compat("cupy"), host_values=False, gpu=True),
+    # array-API libraries rotary has no module for (the generic backend; cubed's namespace mended)
+    Backend(
+        "cubed",
+        "cubed",
+        lambda: _mended("cubed"),
+        writeable=False,
+        lazy=True,
+        float16=False,
+        host_values=False,
+    ),
+    Backend("marray", "marray", lambda: _marray_numpy(), float16=False),
 )
 
 
@@ -232,3 +264,29 @@ def backend_params() -> list[Any]:
                 pytest.param(b, id=b.name, marks=pytest.mark.skip(reason=f"{b.name} not installed/usable"))
             )
     return out
+
+
+def library_path(xp: Any) -> str:
+    """Which of rotary's code paths runs arrays of namespace (or library module) ``xp``:
+    ``"numpy"``, ``"torch"``, ``"jax"``, ``"dask"`` (a module of fast paths and tracing rules),
+    ``"generic"`` (the array-API code alone, as on any library rotary has no module for), or
+    ``"generic (device)"`` (the same, with device transfers: CuPy).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rotary.testing.backends import library_path
+    >>> library_path(np)
+    'numpy'
+    """
+    from .._backends import backend_for
+    from .._backends._generic import Backend as _Generic
+    from .._backends._generic import DeviceBackend
+    from .._lib._compat import as_namespace, library_name
+
+    be = backend_for(as_namespace(xp))
+    if type(be) is _Generic:
+        return "generic"
+    if type(be) is DeviceBackend:
+        return "generic (device)"
+    return library_name(be.xp)
