@@ -74,6 +74,7 @@ def test_exact_bound_mpmath_sample(backend, rng):
     assert np.abs(to_numpy(s) - ts).max() < BOUND
 
 
+@pytest.mark.slow_backends_too
 @pytest.mark.parametrize("top", [2**28, 2**32, 2**36 - 1])
 def test_exact_bound_beyond_2_24(backend, rng, top):
     """Up to 2**36 by design (int64 positions); mpmath truth."""

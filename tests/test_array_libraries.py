@@ -305,3 +305,27 @@ def test_cubed_one_namespace_whatever_is_looked_up_first():
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_cubed_arrays_of_any_spec_whatever_ran_before():
+    # Regression: rotary made its arrays (constants, positions, tables) with cubed's default Spec
+    # and cached them by device alone, so arrays made with an explicit ``spec=`` failed ("Arrays
+    # must have same spec in single computation"), and so did arrays made under
+    # ``cubed.config.set(...)`` once a call under the default Spec had filled the cache.
+    pytest.importorskip("cubed")
+    code = (
+        "import tempfile, cubed\n"
+        "from conformance.calls import run_calls\n"
+        "names = ('apply', 'MRoPE', 'linear_attention causal')\n"
+        "runs = [run_calls(lambda a: cubed.from_array(a), 'default', names)]\n"
+        "spec = cubed.Spec(tempfile.mkdtemp(), allowed_mem='500MB', executor_name='single-threaded')\n"
+        "runs.append(run_calls(lambda a: cubed.from_array(a, spec=spec), 'explicit spec', names))\n"
+        "with cubed.config.set({'spec.executor_name': 'single-threaded'}):\n"
+        "    runs.append(run_calls(lambda a: cubed.from_array(a), 'config.set', names))\n"
+        "for run in runs:\n"
+        "    assert len(run) == len(names), run\n"
+        "    for r in run:\n"
+        "        assert r['passed'], r\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr

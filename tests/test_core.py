@@ -18,6 +18,7 @@ def _dtypes(backend):
     return backend.float_dtypes()
 
 
+@pytest.mark.slow_backends_too
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("rotary_dim", [None, 4])
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
@@ -58,6 +59,7 @@ def test_rotate_equals_apply_and_rope(backend, rng):
         np.testing.assert_array_equal(to_numpy(a), to_numpy(y))
 
 
+@pytest.mark.slow_backends_too
 @pytest.mark.parametrize(
     ("xshape", "pshape"),
     [

@@ -60,6 +60,7 @@ def test_decreases_in_trend_d128():
     assert not np.all(np.diff(v) <= 0)
 
 
+@pytest.mark.slow_backends_too
 def test_every_backend_keeps_namespace_dtype_device(backend):
     r = np.arange(0, 257, 16)
     ref = direct(r, 64)

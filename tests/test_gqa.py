@@ -27,6 +27,7 @@ def _rep(x):
     return np.repeat(x, G, axis=1)
 
 
+@pytest.mark.slow_backends_too
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_gqa_equals_repeated_kv(backend, rng, causal):
     q, k, v = _qkv(backend, rng, n=5, m=9)
@@ -41,6 +42,7 @@ def test_attention_gqa_equals_repeated_kv(backend, rng, causal):
         assert_close(got, to_numpy(want), like=args[0], ulps=16)
 
 
+@pytest.mark.slow_backends_too
 @pytest.mark.parametrize("causal", [False, True])
 def test_linear_attention_gqa_equals_repeated_kv(backend, rng, causal):
     q, k, v = _qkv(backend, rng)

@@ -28,6 +28,7 @@ def _hf_unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
     return w.reshape(n_heads, 2, out // n_heads // 2, inp).transpose(0, 2, 1, 3).reshape(out, inp)
 
 
+@pytest.mark.slow_backends_too
 @pytest.mark.parametrize("src", ["half", "interleaved"])
 @pytest.mark.parametrize("rotary_dim", [None, 4])
 def test_round_trip_is_bitwise(backend, rng, src, rotary_dim):

@@ -44,6 +44,7 @@ def test_packed_positions(backend):
         assert type(got) is type(_ints(backend, cu))
 
 
+@pytest.mark.slow_backends_too
 @pytest.mark.parametrize("dtype", ["int8", "uint8", "int16"])
 def test_packed_positions_of_narrow_integer_dtypes(backend, dtype):
     # Regression: the running sums and positions were kept in the lengths' dtype and wrapped

@@ -21,7 +21,14 @@ def _mend_cubed(xp: Any) -> Any:
     return mend(xp)
 
 
-register_mender("cubed", _mend_cubed)  # (imports cubed's module only when cubed arrays are seen)
+def _cubed_place(x: Any) -> Any:
+    from ._cubed import place
+
+    return place(x)
+
+
+# (imports rotary's cubed module only when cubed arrays are seen)
+register_mender("cubed", _mend_cubed, device_of=_cubed_place)
 
 __all__ = ["POSITION_TABLE_MAX", "Backend", "ConstantBuilder", "backend_for"]
 

@@ -16,6 +16,12 @@ cubed's own functions in a form it handles:
 - ``asarray`` ignores ``dtype=`` for NumPy input, and refuses host data above its in-memory limit
   (1 MB): rotary's constants (the exact method's digit tables) go through ``cubed.from_array``.
 
+And one addition: cubed refuses to mix arrays of two ``Spec`` (executor, memory, storage) in one
+computation, so the device rotary creates arrays on beside ``x`` is a :class:`Place`, ``x``'s
+device *and* ``Spec``; the mended creation functions take it as ``device=``.  Arrays made with an
+explicit ``spec=``, or under ``cubed.config.set(...)``, get rotary's constants made with that
+``Spec``, and the cache keeps those of each ``Spec`` apart.
+
 Everything else is cubed's, untouched.  Values are never read eagerly (cubed cannot give
 data-dependent shapes: :meth:`rotary._backends.Backend.is_concrete`).
 """
@@ -27,7 +33,56 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["mend"]
+__all__ = ["Place", "mend", "place"]
+
+
+class Place:
+    """Where a cubed array lives and is computed: its ``device`` and its ``spec`` (equal when
+    both are; hashable though ``cubed.Spec`` is not)."""
+
+    __slots__ = ("device", "spec")
+
+    def __init__(self, device: Any, spec: Any) -> None:
+        self.device = device
+        self.spec = spec
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Place) and self.device == other.device and self.spec == other.spec
+
+    def __hash__(self) -> int:
+        sp = self.spec
+        return hash((self.device, sp.work_dir, sp.allowed_mem, sp.reserved_mem, type(sp.executor)))
+
+    def __repr__(self) -> str:
+        return f"{self.device!r} ({self.spec!r})"
+
+
+def place(x: Any) -> Place:
+    """The :class:`Place` of cubed array ``x``."""
+    return Place(x.device, x.spec)
+
+
+def _where(device: Any) -> dict[str, Any]:
+    """cubed's keywords for ``device=`` (a :class:`Place` or a plain device)."""
+    if isinstance(device, Place):
+        return {"device": device.device, "spec": device.spec}
+    return {"device": device}
+
+
+class _Info:
+    """cubed's ``__array_namespace_info__()``, taking a :class:`Place` as ``device=``."""
+
+    def __init__(self, info: Any) -> None:
+        self._info = info
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._info, name)
+
+    def default_dtypes(self, *, device: Any = None) -> Any:
+        return self._info.default_dtypes(device=_where(device)["device"])
+
+    def dtypes(self, *, device: Any = None, kind: Any = None) -> Any:
+        return self._info.dtypes(device=_where(device)["device"], kind=kind)
 
 
 class _Mended(types.ModuleType):
@@ -65,19 +120,74 @@ class _Mended(types.ModuleType):
 
     def clip(self, x: Any, /, min: Any = None, max: Any = None) -> Any:
         if min is not None:
-            x = self._xp.maximum(x, self._xp.asarray(min, dtype=x.dtype, device=x.device))
+            x = self._xp.maximum(x, self.asarray(min, dtype=x.dtype, device=place(x)))
         if max is not None:
-            x = self._xp.minimum(x, self._xp.asarray(max, dtype=x.dtype, device=x.device))
+            x = self._xp.minimum(x, self.asarray(max, dtype=x.dtype, device=place(x)))
         return x
 
     def asarray(self, obj: Any, /, *, dtype: Any = None, device: Any = None, copy: Any = None) -> Any:
+        where = _where(device)
         if isinstance(obj, np.ndarray) and obj.nbytes > 1 << 19:
             import cubed
 
-            out = cubed.from_array(obj)
+            out = cubed.from_array(obj, spec=where.get("spec"))
         else:
-            out = self._xp.asarray(obj, dtype=dtype, device=device, copy=copy)
+            out = self._xp.asarray(obj, dtype=dtype, copy=copy, **where)
         return out if dtype is None or out.dtype == dtype else self._xp.astype(out, dtype)
+
+    # -- device= as a Place ---------------------------------------------------------------------
+    def __array_namespace_info__(self) -> _Info:
+        return _Info(self._xp.__array_namespace_info__())
+
+    def arange(
+        self, start: Any, /, stop: Any = None, step: Any = 1, *, dtype: Any = None, device: Any = None
+    ) -> Any:
+        return self._xp.arange(start, stop, step, dtype=dtype, **_where(device))
+
+    def linspace(
+        self,
+        start: Any,
+        stop: Any,
+        /,
+        num: int,
+        *,
+        dtype: Any = None,
+        device: Any = None,
+        endpoint: bool = True,
+    ) -> Any:
+        return self._xp.linspace(start, stop, num, dtype=dtype, endpoint=endpoint, **_where(device))
+
+    def eye(
+        self, n_rows: int, n_cols: Any = None, /, *, k: int = 0, dtype: Any = None, device: Any = None
+    ) -> Any:
+        return self._xp.eye(n_rows, n_cols, k=k, dtype=dtype, **_where(device))
+
+    def empty(self, shape: Any, *, dtype: Any = None, device: Any = None) -> Any:
+        return self._xp.empty(shape, dtype=dtype, **_where(device))
+
+    def zeros(self, shape: Any, *, dtype: Any = None, device: Any = None) -> Any:
+        return self._xp.zeros(shape, dtype=dtype, **_where(device))
+
+    def ones(self, shape: Any, *, dtype: Any = None, device: Any = None) -> Any:
+        return self._xp.ones(shape, dtype=dtype, **_where(device))
+
+    def full(self, shape: Any, fill_value: Any, *, dtype: Any = None, device: Any = None) -> Any:
+        return self._xp.full(shape, fill_value, dtype=dtype, **_where(device))
+
+    def empty_like(self, x: Any, /, *, dtype: Any = None, device: Any = None) -> Any:
+        return self._xp.empty_like(x, dtype=dtype, **_where(device))
+
+    def zeros_like(self, x: Any, /, *, dtype: Any = None, device: Any = None) -> Any:
+        return self._xp.zeros_like(x, dtype=dtype, **_where(device))
+
+    def ones_like(self, x: Any, /, *, dtype: Any = None, device: Any = None) -> Any:
+        return self._xp.ones_like(x, dtype=dtype, **_where(device))
+
+    def full_like(self, x: Any, /, fill_value: Any, *, dtype: Any = None, device: Any = None) -> Any:
+        return self._xp.full_like(x, fill_value, dtype=dtype, **_where(device))
+
+    def astype(self, x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Any:
+        return self._xp.astype(x, dtype, copy=copy, device=_where(device)["device"])
 
 
 def _one_chunk(a: Any, axis: int) -> Any:

@@ -164,9 +164,18 @@ def array_namespace(*arrays: Any, names: tuple[str, ...] = ()) -> Namespace:
 _MENDERS: dict[str, Any] = {}
 
 
-def register_mender(library: str, mend: Any) -> None:
-    """Use ``mend(xp)`` for ``library``'s namespace wherever rotary looks one up."""
+#: Library name -> a function giving the device rotary creates arrays on beside ``x`` (cubed:
+#: its device and its ``Spec``), where ``x.device`` alone does not say.
+_DEVICE_OF: dict[str, Any] = {}
+
+
+def register_mender(library: str, mend: Any, *, device_of: Any = None) -> None:
+    """Use ``mend(xp)`` for ``library``'s namespace wherever rotary looks one up (and
+    ``device_of(x)`` for the device of its arrays, a value its mended namespace accepts as
+    ``device=``)."""
     _MENDERS[library] = mend
+    if device_of is not None:
+        _DEVICE_OF[library] = device_of
 
 
 def _mended(xp: Namespace) -> Namespace:
@@ -226,8 +235,12 @@ def is_lazy(x: Any) -> bool:
 
 def device(x: Array) -> Device:
     """The device of ``x`` (torch served directly, see the module docstring)."""
-    if _module(x) == "torch":
+    mod = _module(x)
+    if mod == "torch":
         return x.device
+    for lib, device_of in _DEVICE_OF.items():
+        if mod == lib or mod[: len(lib) + 1] == lib + ".":
+            return device_of(x)
     return array_api_compat.device(x)
 
 

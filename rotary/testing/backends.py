@@ -49,9 +49,11 @@ class Backend:
     tracer: str | None = None
     #: Arrays live on a GPU (``pytest -m gpu`` selects these).
     gpu: bool = False
-    #: Every computation is planned and run by an executor, a tenth of a second or more each
-    #: (cubed): tests that repeat one check over many calls or dtypes run fewer of them there (the
-    #: conformance report runs them all).
+    #: Every computation is planned and run by an executor, a twentieth of a second or more each
+    #: (cubed): the default test run checks it through the tests marked ``slow_backends_too``
+    #: (the conformance columns among them: every public function), and tests that repeat one
+    #: check over many calls or dtypes run fewer of them there; name it in ``$ROTARY_BACKENDS``
+    #: to run every test on it.
     slow: bool = False
 
     @property
@@ -183,6 +185,7 @@ ALL_BACKENDS: tuple[Backend, ...] = (
         lazy=True,
         float16=False,
         host_values=False,
+        slow=True,
     ),
     Backend("marray", "marray", lambda: _marray_numpy(), float16=False),
 )
@@ -250,14 +253,19 @@ def get(name: str) -> Backend:
 def backend_params() -> list[Any]:
     """``pytest.param`` per backend of ``$ROTARY_BACKENDS`` (default all), id'd by name;
     those not installed or usable here are marked skip (so the matrix shows them), those on a
-    GPU are marked ``gpu`` (``pytest -m gpu`` runs the suite on the GPU backends only)."""
+    GPU are marked ``gpu`` (``pytest -m gpu`` runs the suite on the GPU backends only), slow
+    ones not named in ``$ROTARY_BACKENDS`` are marked ``slow_backend`` (the suite's conftest
+    runs them only in the tests marked ``slow_backends_too``)."""
     import pytest  # test-only helper
 
     avail = {b.name: b for b in available()}
+    named = bool(os.environ.get("ROTARY_BACKENDS"))
     out = []
     for b in _selected(None):
         if b.name in avail:
             marks = [pytest.mark.gpu] if avail[b.name].gpu else []
+            if avail[b.name].slow and not named:
+                marks.append(pytest.mark.slow_backend)
             out.append(pytest.param(avail[b.name], id=b.name, marks=marks))
         else:
             out.append(
