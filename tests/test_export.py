@@ -6,6 +6,9 @@ compared with the float64 oracle; eager calls after tracing must stay real.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -299,3 +302,32 @@ def test_jax_export_symbolic_batch_and_seq(name, rng):
         q, k = _x(rng, (bb, 2, nn, 16)), _x(rng, (bb, 2, nn, 16))
         pos = np.arange(nn, dtype=np.int32) + 100
         assert_close(restored.call(q, k, pos), want(q, k, pos), dtype="float32", scale=4)
+
+
+def test_dynamo_marks_a_constant_function_by_one_attribute():
+    # rotary marks its trace-time constant builders as torch.compiler.assume_constant_result does,
+    # without importing Dynamo (1.4 s at the first eager call); this holds while the decorator
+    # sets exactly the one attribute Dynamo reads.
+    torch = pytest.importorskip("torch")
+
+    def f() -> int:
+        return 0
+
+    assert torch.compiler.assume_constant_result(f) is f
+    assert vars(f) == {"_dynamo_marked_constant": True}
+
+
+def test_eager_calls_do_not_import_dynamo():
+    # Regression: the torch backend imported torch._dynamo when first used (1.4 s of the first
+    # call, in every process, compiled or not).
+    pytest.importorskip("torch")
+    code = (
+        "import sys, torch, rotary\n"
+        "q = torch.randn(1, 4, 13, 64, requires_grad=True)\n"
+        "r = rotary.RoPE(64, scaling=rotary.scaling.YaRN(4.0, 64))\n"
+        "rotary.apply(q, q, torch.arange(13))[0].sum().backward()\n"
+        "r.apply(q, q, torch.arange(13)); rotary.linear_attention(q, q, q, torch.arange(13), causal=True)\n"
+        "assert 'torch._dynamo' not in sys.modules\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr

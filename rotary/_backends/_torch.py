@@ -239,9 +239,18 @@ def _run(fn: Callable[..., Any], *args: Any) -> Any:
     return out
 
 
+def _assume_constant_result(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.compiler.assume_constant_result(fn)`` without importing Dynamo, which that function
+    does (1.4 s, at the first torch call of a process that may never compile): the decorator sets
+    this one attribute, which Dynamo reads when it traces a call of ``fn``
+    (``tests/test_export.py`` checks that the decorator still does exactly this)."""
+    fn._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    return fn
+
+
 # Dynamo calls these for real at trace time and embeds their results (plain values) as constants.
-_graph_constant = torch.compiler.assume_constant_result(_graph_constant_name)
-_call = torch.compiler.assume_constant_result(_run)
+_graph_constant = _assume_constant_result(_graph_constant_name)
+_call = _assume_constant_result(_run)
 
 
 def _ops(dtype: Any, device: Any) -> _eager.Ops:
