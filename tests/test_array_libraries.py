@@ -329,3 +329,25 @@ def test_cubed_arrays_of_any_spec_whatever_ran_before():
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_marray_two_namespaces_each_gets_its_own_arrays():
+    # Regression: rotary kept one backend (and one set of constants) per library name, so after
+    # a call on arrays of one ``marray.masked_namespace(np)``, arrays of another (its own array
+    # class) got results of the first one's class, and from_lengths read them on the host and
+    # returned int64 positions for int8 lengths.
+    pytest.importorskip("marray")
+    code = (
+        "import marray, numpy as np, rotary\n"
+        "from rotary import positions\n"
+        "x = np.random.default_rng(0).standard_normal((1, 2, 4, 8))\n"
+        "for m in (marray.masked_namespace(np), marray.masked_namespace(np)):\n"
+        "    cls = type(m.asarray(0))\n"
+        "    out = positions.from_lengths(m.asarray(np.asarray([3, 1], dtype=np.int8)), total=4)\n"
+        "    assert type(out) is cls and out.dtype == m.int8, (type(out), out.dtype)\n"
+        "    y = rotary.rotate(m.asarray(x), m.asarray(np.arange(4)))\n"
+        "    assert type(y) is cls, type(y)\n"
+        "    np.testing.assert_array_equal(y.data, rotary.rotate(x, np.arange(4)))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr

@@ -71,6 +71,8 @@ def backend_for(xp: Namespace) -> Backend:
 
         return TORCH
     be = _BACKENDS.get(name)
-    if be is None:
+    if be is None or be.xp is not xp:
+        # (one namespace per library, except where a library makes several: each of marray's
+        # ``masked_namespace`` calls makes its own, with its own array class)
         be = _BACKENDS[name] = _make(xp)
     return be

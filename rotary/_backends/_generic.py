@@ -56,6 +56,9 @@ class Backend:
     def __init__(self, xp: Namespace) -> None:
         self.xp = xp
         self.name = library_name(xp)
+        #: The namespace in cache keys: the namespace itself (a library may make several, each
+        #: with its own array class: marray's ``masked_namespace``).
+        self.key: Hashable = (self.name, xp)
         # A library that cannot give data-dependent shapes builds graphs (cubed, JAX): its
         # values are never read eagerly, whatever a probe of one array says.
         self.values_readable = bool(capability(xp, "data-dependent shapes", True))
@@ -191,7 +194,7 @@ class Backend:
         self, build: ConstantBuilder, config: Hashable, kind: str, device: Device, dtype: DType
     ) -> Array:
         """``build(config, kind, xp, device, dtype)``, cached in the one cache."""
-        key = (config, kind, self.name, device, dtype)
+        key = (config, kind, self.key, device, dtype)
         return get_or_build(key, lambda: sized(build(config, kind, self.xp, device, dtype)), "constants")
 
     def eager(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -311,7 +314,7 @@ class Backend:
             table = xp.concat([c, s], axis=1)  # (rows, 2 n): one contiguous row per position
             return sized(table)
 
-        return get_or_build((config, "position_table", rows, self.name, dev, dtype), make, "position_table")
+        return get_or_build((config, "position_table", rows, self.key, dev, dtype), make, "position_table")
 
     def fused_rope(
         self,

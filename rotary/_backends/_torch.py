@@ -369,6 +369,7 @@ class TorchBackend(Backend):
     def __init__(self, xp: Namespace) -> None:
         super().__init__(xp)
         self.name = "torch"
+        self.key = "torch"  # (one namespace; a plain string where compiled graphs guard on keys)
 
     def is_concrete(self, x: Array) -> bool:
         # (never inside a trace: a value read there would specialise the graph to its example)
