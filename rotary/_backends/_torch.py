@@ -67,9 +67,9 @@ def _real(x: Any) -> bool:
 
 
 # -- the context rules (see rotary._lib._cache) ---------------------------------------------------
-def _level() -> Any:
-    probe = getattr(_functorch, "maybe_current_level", None)
-    return None if probe is None else probe()
+_current_level = getattr(_functorch, "maybe_current_level", None)
+_dispatch_depth = torch._C._len_torch_dispatch_stack
+_function_depth = torch._C._len_torch_function_stack
 
 
 def _plain_function_modes() -> bool:
@@ -90,16 +90,18 @@ def _untraced() -> bool:
     return not (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack())
 
 
-def _fw_ad_level() -> int:
-    """The innermost forward-AD level (-1: none; dual tensors exist only inside one)."""
-    return int(getattr(_forward_ad, "_current_level", -1))
-
-
 def _eager_context() -> bool:
     """A plain eager context: :func:`_untraced`, no ``torch.func`` transform (grad, vjp, jvp, vmap,
-    jacrev, jacfwd, hessian, functionalize: each runs at a functorch level), no forward-AD level,
-    no function mode but default-device ones."""
-    return _untraced() and _level() is None and _fw_ad_level() < 0 and _plain_function_modes()
+    jacrev, jacfwd, hessian, functionalize: each runs at a functorch level), no forward-AD level
+    (``_current_level`` -1: dual tensors exist only inside one), no function mode but
+    default-device ones."""
+    # (the four checks inlined, cheapest first: this runs once per call, decoding steps included)
+    return (
+        not (torch.compiler.is_compiling() or _dispatch_depth())
+        and (_current_level is None or _current_level() is None)
+        and getattr(_forward_ad, "_current_level", -1) < 0
+        and (not _function_depth() or _plain_function_modes())
+    )
 
 
 def _clean() -> bool:
@@ -299,13 +301,19 @@ def fast(*inputs: Any, grads: tuple[Any, ...] = ()) -> bool:
     """
     if not (_eager_context() and fast_paths_enabled()):  # (compiling first: Dynamo reads no contextvar)
         return False
+    # (the checks of _real, inlined: this runs once per call, decoding steps included)
     recording = torch.is_grad_enabled()
-    for x in (*inputs, *grads):
+    wrapped, batched = _is_wrapped, _is_legacy_batched
+    for x in (*inputs, *grads) if grads else inputs:
         if x is None:
             continue
-        if not _real(x):
+        if (
+            type(x) not in _PLAIN_TYPES
+            or (wrapped is not None and wrapped(x))
+            or (batched is not None and batched(x))
+        ):
             return False
-        if recording and x.requires_grad and not any(x is g for g in grads):
+        if recording and x.requires_grad and not (grads and any(x is g for g in grads)):
             return False
     return True
 
