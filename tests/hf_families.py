@@ -13,10 +13,18 @@ Gemma 4 uses the values ``transformers`` documents as its defaults.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
 import numpy as np
+
+from conformance.engines.cases import CASES
+
+
+def _case(key: str) -> dict[str, Any]:
+    """The published config of a case of the engines' matrix (one copy of each config.json)."""
+    return copy.deepcopy(CASES[key].config)
 
 
 def _ramp(n: int, lo: float, hi: float) -> list[float]:
@@ -100,22 +108,7 @@ FAMILIES: list[Family] = [
     ),
     Family(
         "Llama 3.1",
-        {
-            "model_type": "llama",
-            "hidden_size": 4096,
-            "num_attention_heads": 32,
-            "num_key_value_heads": 8,
-            "num_hidden_layers": 32,
-            "max_position_embeddings": 131072,
-            "rope_theta": 500000.0,
-            "rope_scaling": {
-                "factor": 8.0,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 8192,
-                "rope_type": "llama3",
-            },
-        },
+        _case("llama3"),
         {"head_dim": 128, "rotary_dim": 128, "base": 500000.0, "layout": "half", "scaling": "Llama3"},
         tiny=_TINY,
     ),
@@ -393,15 +386,7 @@ FAMILIES: list[Family] = [
     ),
     Family(
         "Phi-2",
-        {
-            "model_type": "phi",
-            "hidden_size": 2560,
-            "num_attention_heads": 32,
-            "num_hidden_layers": 32,
-            "max_position_embeddings": 2048,
-            "partial_rotary_factor": 0.4,
-            "rope_theta": 10000.0,
-        },
+        _case("partial"),
         {"head_dim": 80, "rotary_dim": 32, "base": 10000.0, "layout": "half", "scaling": "Default"},
         tiny={
             **{k: v for k, v in _TINY.items() if k != "head_dim"},
@@ -523,14 +508,7 @@ FAMILIES: list[Family] = [
     ),
     Family(
         "GPT-J",
-        {
-            "model_type": "gptj",
-            "n_embd": 4096,
-            "n_head": 16,
-            "n_layer": 28,
-            "n_positions": 2048,
-            "rotary_dim": 64,
-        },
+        _case("interleaved"),
         {"head_dim": 256, "rotary_dim": 64, "base": 10000.0, "layout": "interleaved", "scaling": "Default"},
         fmt="gptj",
         tiny={"n_embd": 64, "n_head": 4, "n_layer": 2, "rotary_dim": 8, "vocab_size": 128, "n_positions": 64},
@@ -659,29 +637,7 @@ FAMILIES: list[Family] = [
     ),
     Family(
         "DeepSeek-V3",
-        {
-            "model_type": "deepseek_v3",
-            "hidden_size": 7168,
-            "num_attention_heads": 128,
-            "num_key_value_heads": 128,
-            "num_hidden_layers": 61,
-            "q_lora_rank": 1536,
-            "kv_lora_rank": 512,
-            "qk_nope_head_dim": 128,
-            "qk_rope_head_dim": 64,
-            "v_head_dim": 128,
-            "max_position_embeddings": 163840,
-            "rope_theta": 10000,
-            "rope_scaling": {
-                "beta_fast": 32,
-                "beta_slow": 1,
-                "factor": 40,
-                "mscale": 1.0,
-                "mscale_all_dim": 1.0,
-                "original_max_position_embeddings": 4096,
-                "type": "yarn",
-            },
-        },
+        _case("yarn_mla"),
         {"head_dim": 64, "rotary_dim": 64, "base": 10000.0, "layout": "interleaved", "scaling": "YaRN"},
         tiny={
             **{k: v for k, v in _TINY.items() if k != "head_dim"},

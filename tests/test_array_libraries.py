@@ -288,6 +288,12 @@ def test_marray_masked_keys_are_skipped_as_marray_skips_them(mxp):
     np.testing.assert_allclose(o.data[~o.mask], want[~o.mask], rtol=1e-12, atol=1e-12)
 
 
+def _in_a_fresh_process(code: str) -> None:
+    """Run ``code`` in a new interpreter (state of the process: caches, backends) and pass."""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
 def test_cubed_one_namespace_whatever_is_looked_up_first():
     # Regression: each lookup of cubed's namespace made a new mended wrapper; when the backend was
     # made from another (here: the namespace of the module, first), ``array_namespace(x) is xp``
@@ -303,8 +309,7 @@ def test_cubed_one_namespace_whatever_is_looked_up_first():
         "assert out.dtype == np.int8, out.dtype\n"
         "np.testing.assert_array_equal(out.compute(), [0, 1, 2, 0])\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert res.returncode == 0, res.stdout + res.stderr
+    _in_a_fresh_process(code)
 
 
 def test_cubed_arrays_of_any_spec_whatever_ran_before():
@@ -327,8 +332,7 @@ def test_cubed_arrays_of_any_spec_whatever_ran_before():
         "    for r in run:\n"
         "        assert r['passed'], r\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert res.returncode == 0, res.stdout + res.stderr
+    _in_a_fresh_process(code)
 
 
 def test_marray_two_namespaces_each_gets_its_own_arrays():
@@ -349,5 +353,4 @@ def test_marray_two_namespaces_each_gets_its_own_arrays():
         "    assert type(y) is cls, type(y)\n"
         "    np.testing.assert_array_equal(y.data, rotary.rotate(x, np.arange(4)))\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert res.returncode == 0, res.stdout + res.stderr
+    _in_a_fresh_process(code)
