@@ -1,5 +1,13 @@
 """Adapters (rotary.testing.engine's protocol) that make the mistakes the field makes, each on top
-of rotary's own RoPE: the kit must catch and name every one (tests/test_model_check.py)."""
+of rotary's own RoPE: the kit must catch and name every one (tests/test_model_check.py,
+tests/test_model_diagnosis.py).
+
+Each engine returns values of the dtype it was built for (its output rounded to bfloat16 or
+float16, as a kernel storing that dtype does).  ``compute="dtype"`` makes it compute in that dtype
+too (cos and sin rounded to it, each product and the sum rounded: litgpt's ``bf16-true``).  Each
+mistake's ``planted(config)`` gives the per-pair factor it puts on the config's frequencies (``None``
+where it plants none), for the property tests.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +20,7 @@ import numpy as np
 import rotary
 from rotary.scaling import Factors, Frequencies, YaRN
 from rotary.testing import Unsupported
+from rotary.testing.engine import EngineError
 
 #: YaRN factor 16 without mscale keys: the attention factor 0.1 ln 16 + 1 = 1.2773.
 YARN16 = {
@@ -25,13 +34,39 @@ YARN16 = {
 }
 
 
+def to_dtype(x: Any, dtype: str) -> np.ndarray:
+    """``x`` rounded to ``dtype`` (to nearest even), as float32."""
+    x = np.asarray(x, dtype=np.float32)
+    if dtype == "bfloat16":
+        bits = x.view(np.uint32).astype(np.uint64)
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+    if dtype == "float16":
+        return x.astype(np.float16).astype(np.float32)
+    return x
+
+
+def _rotate_in(rope: Any, x: np.ndarray, pos: np.ndarray, dtype: str, factor: float) -> np.ndarray:
+    """``x`` rotated by ``rope`` with every operation rounded to ``dtype``: cos and sin (times
+    ``factor`` over rope's own attention factor), each product, the sum."""
+    c, s = (np.asarray(t, dtype=np.float32) * np.float32(factor) for t in rope.cos_sin(pos, full=True))
+    c, s = to_dtype(c, dtype)[:, None, :], to_dtype(s, dtype)[:, None, :]
+    w = c.shape[-1]
+    r = x[..., :w]
+    if rope.layout == "half":
+        turned = np.concatenate([-r[..., w // 2 :], r[..., : w // 2]], axis=-1)
+    else:
+        turned = np.stack([-r[..., 1::2], r[..., 0::2]], axis=-1).reshape(r.shape)
+    out = to_dtype(to_dtype(r * c, dtype) + to_dtype(turned * s, dtype), dtype)
+    return np.concatenate([out, x[..., w:]], axis=-1)
+
+
 class Rotary:
     """rotary's own RoPE for the config, rotating as an engine would (the adapter template)."""
 
     NAME, INSTALL = "mistake", ""
 
-    def __init__(self, angles: str = "float32") -> None:
-        self.angles = angles
+    def __init__(self, angles: str = "float32", compute: str = "float32") -> None:
+        self.angles, self.compute = angles, compute
 
     def version(self) -> str:
         return rotary.__version__
@@ -50,10 +85,19 @@ class Rotary:
         self.index = 0
         return rotary.hf.from_hf(config, angles=self.angles, layer_type=layer_type)  # type: ignore[arg-type]
 
+    def apply(self, rope: Any, q: np.ndarray, k: np.ndarray, pos: np.ndarray, factor: float = 1.0) -> tuple:
+        """``rope``'s rotation with cos and sin times ``factor`` (over its own attention factor), in
+        float32 or, with ``compute="dtype"``, in the dtype."""
+        if self.compute == "dtype" and pos.ndim == 1:
+            return tuple(_rotate_in(rope, x, pos, self.dtype, factor) for x in (q, k))
+        a, b = rope.apply(q, k, pos[..., None])
+        return np.asarray(a) * factor, np.asarray(b) * factor
+
     def rotate(self, rope: Any, q: np.ndarray, k: np.ndarray, pos: np.ndarray) -> tuple[Any, Any]:
-        return rope.apply(q, k, pos[..., None])
+        return self.apply(rope, q, k, pos)
 
     def build(self, config: Mapping[str, Any], *, layer_type: str | None, dtype: str) -> Any:
+        self.dtype = dtype
         rope, me = self.rope(config, layer_type), self
         model, index = self.model, self.index
 
@@ -62,7 +106,8 @@ class Rotary:
             softmax_scale = float(model.attention.get("softmax_scale_multiplier", 1.0))
 
             def rotate(self, q: np.ndarray, k: np.ndarray, pos: np.ndarray) -> tuple[Any, Any]:
-                return me.rotate(rope, q, k, pos)
+                a, b = me.rotate(rope, q, k, pos)
+                return to_dtype(a, dtype), to_dtype(b, dtype)
 
             def query_scale(self, pos: np.ndarray) -> Any:
                 return me.query_scale(model, index, pos)
@@ -72,46 +117,76 @@ class Rotary:
     def query_scale(self, model: Any, index: int, pos: np.ndarray) -> Any:
         return model.query_scale(index, pos) if model.layers else None
 
+    def truth(self, config: Mapping[str, Any]) -> Any:
+        """The config's RoPE (exact angles)."""
+        return Rotary("exact").rope(config, None)
+
+    def planted(self, config: Mapping[str, Any]) -> np.ndarray | None:
+        """The factor this mistake puts on each pair's frequency (``None``: none)."""
+        return None
+
 
 def _replaced(rope: Any, **changes: Any) -> Any:
     return rotary.RoPE.from_config(dataclasses.replace(rope.config, **changes))
 
 
+def _ratio(mistake: Rotary, config: Mapping[str, Any]) -> np.ndarray:
+    """The mistaken RoPE's frequencies over the config's."""
+    wrong = type(mistake)("exact").rope(config, None)
+    return np.asarray(wrong.inv_freq(), dtype=np.float64) / np.asarray(
+        mistake.truth(config).inv_freq(), dtype=np.float64
+    )
+
+
 class NoAttentionFactor(Rotary):
     def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
-        f = 1.0 / rope.attention_factor
-        a, b = rope.apply(q, k, pos[..., None])
-        return a * f, b * f
+        return self.apply(rope, q, k, pos, 1.0 / rope.attention_factor)
+
+
+class FactorSquared(Rotary):
+    """The attention factor applied twice on cos and sin (its square)."""
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        return self.apply(rope, q, k, pos, rope.attention_factor)
 
 
 class PlainYarnFactor(Rotary):
     """YaRN's attention factor 0.1 ln s + 1, ignoring mscale / mscale_all_dim."""
 
     def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
-        f = YaRN._mscale(rope.scaling.factor) / rope.attention_factor
-        a, b = rope.apply(q, k, pos[..., None])
-        return a * f, b * f
+        return self.apply(rope, q, k, pos, YaRN._mscale(rope.scaling.factor) / rope.attention_factor)
 
 
 class Clamped(Rotary):
-    def __init__(self, rows: int) -> None:
-        super().__init__()
+    def __init__(self, rows: int, compute: str = "float32") -> None:
+        super().__init__(compute=compute)
         self.rows = rows
 
     def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
-        return rope.apply(q, k, np.minimum(pos, self.rows - 1)[..., None])
+        return self.apply(rope, q, k, np.minimum(pos, self.rows - 1))
 
 
 class Wrapped(Clamped):
     def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
-        return rope.apply(q, k, (pos % self.rows)[..., None])
+        return self.apply(rope, q, k, pos % self.rows)
 
 
 class Refuses(Clamped):
+    """A table of ``rows`` rows that raises past its end (an engine's refusal: EngineError)."""
+
     def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
         if pos.max() >= self.rows:
-            raise IndexError(f"position {pos.max()} past the table of {self.rows}")
-        return rope.apply(q, k, pos[..., None])
+            raise EngineError(f"IndexError: position {pos.max()} past the table of {self.rows}")
+        return self.apply(rope, q, k, pos)
+
+
+class AdapterBug(Rotary):
+    """An adapter whose own code raises (a key the config lacks): an adapter error."""
+
+    def build(self, config, *, layer_type, dtype):  # type: ignore[no-untyped-def]
+        return super().build(
+            {**config, "rope_theta": config["no_such_key"]}, layer_type=layer_type, dtype=dtype
+        )
 
 
 class InvertedBands(Rotary):
@@ -126,8 +201,10 @@ class InvertedBands(Rotary):
         return _replaced(r, scaling=Frequencies(tuple(float(x) for x in inv)))
 
     def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
-        a, b = rope.apply(q, k, pos[..., None])
-        return a * self.af, b * self.af
+        return self.apply(rope, q, k, pos, self.af)
+
+    def planted(self, config):  # type: ignore[no-untyped-def]
+        return _ratio(self, config)
 
 
 class OtherLayout(Rotary):
@@ -137,8 +214,33 @@ class OtherLayout(Rotary):
 
 
 class NoScaling(Rotary):
+    """The scaling dropped (its attention factor kept: the frequencies alone are wrong)."""
+
     def rope(self, config, layer_type):  # type: ignore[no-untyped-def]
-        return _replaced(super().rope(config, layer_type), scaling=None)
+        r = super().rope(config, layer_type)
+        self.af = r.attention_factor
+        return _replaced(r, scaling=None)
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        return self.apply(rope, q, k, pos, self.af)
+
+    def planted(self, config):  # type: ignore[no-untyped-def]
+        return _ratio(self, config)
+
+
+class WrongOriginalLength(Rotary):
+    """YaRN with ``max_position_embeddings`` as the original context (llama.cpp's ``n_ctx_orig``
+    set from the context length, not the scaling's original)."""
+
+    def rope(self, config, layer_type):  # type: ignore[no-untyped-def]
+        r = super().rope(config, layer_type)
+        wrong = dataclasses.replace(
+            r.scaling, original_max_position_embeddings=config["max_position_embeddings"]
+        )
+        return _replaced(r, scaling=wrong)
+
+    def planted(self, config):  # type: ignore[no-untyped-def]
+        return _ratio(self, config)
 
 
 class Llama3Factor8(Rotary):
@@ -154,8 +256,7 @@ class LongFactorsAlways(Rotary):
         return _replaced(r, scaling=Factors(r.scaling.long_factor))
 
     def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
-        a, b = rope.apply(q, k, pos[..., None])
-        return a * self.af, b * self.af
+        return self.apply(rope, q, k, pos, self.af)
 
 
 class WholeHead(Rotary):
@@ -169,7 +270,7 @@ class WholeHead(Rotary):
 
     def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
         full = rotary.RoPE(q.shape[-1], base=rope.base ** (q.shape[-1] / self.width), angles=self.angles)
-        return full.apply(q, k, pos[..., None])
+        return self.apply(full, q, k, pos)
 
 
 class TemporalRowOnly(Rotary):
@@ -226,9 +327,9 @@ class FoldedFactor(Rotary):
 
     def build(self, config, *, layer_type, dtype):  # type: ignore[no-untyped-def]
         eng = super().build(config, layer_type=layer_type, dtype=dtype)
-        rope, me = self.rope(config, layer_type), self
+        rope = self.rope(config, layer_type)
         eng.softmax_scale = eng.softmax_scale * rope.attention_factor**2
-        eng.rotate = lambda q, k, pos: NoAttentionFactor.rotate(me, rope, q, k, pos)
+        self.rotate = lambda rope, q, k, pos: self.apply(rope, q, k, pos, 1.0 / rope.attention_factor)  # type: ignore[method-assign]
         return eng
 
 
@@ -237,6 +338,5 @@ class FactorTwice(FoldedFactor):
 
     def build(self, config, *, layer_type, dtype):  # type: ignore[no-untyped-def]
         eng = super().build(config, layer_type=layer_type, dtype=dtype)
-        rope, me = self.rope(config, layer_type), self
-        eng.rotate = lambda q, k, pos: Rotary.rotate(me, rope, q, k, pos)
+        self.rotate = lambda rope, q, k, pos: self.apply(rope, q, k, pos)  # type: ignore[method-assign]
         return eng

@@ -91,7 +91,7 @@ def test_a_missing_yarn_attention_factor_is_named() -> None:
     rep = check_model_rope(M.NoAttentionFactor(), M.YARN16, dtypes=("float32",))
     msg = _diag(rep, "attention_factor")
     assert "scaled by 1.0000 where the config implies 1.2773" in msg and "missing" in msg, msg
-    assert "without the attention factor" in rep["rotation"].message
+    assert rep.failed == ["attention_factor"]  # (the rotation holds: one mistake fails one check)
 
 
 def test_ignored_mscale_keys_are_named() -> None:
@@ -125,7 +125,7 @@ def test_the_yarn_ramp_inverted_is_named() -> None:
 
 def test_the_other_layout_is_named() -> None:
     rep = check_model_rope(M.OtherLayout(), CASES["interleaved"].config, dtypes=("float32",))
-    assert "the 'half' pair layout (the config's is 'interleaved')" in _diag(rep, "rotation")
+    assert "pairs features in the 'half' layout (the config's is 'interleaved')" in _diag(rep, "rotation")
 
 
 def test_a_dropped_scaling_is_named() -> None:
@@ -151,7 +151,10 @@ def test_longrope_long_factors_at_every_length_are_named() -> None:
 
 def test_partial_rotary_over_the_whole_head_is_named() -> None:
     rep = check_model_rope(M.WholeHead(), CASES["partial"].config, dtypes=("float32",))
-    assert "features 32..79 should pass through unchanged (32 of 80 rotate)" in _diag(rep, "rotation")
+    msg = _diag(rep, "rotation")
+    assert (
+        "rotates 80 of the 80 features" in msg and "features 32..79 should pass through unchanged" in msg
+    ), msg
 
 
 def test_mrope_read_at_one_row_is_named() -> None:
@@ -270,4 +273,5 @@ def test_an_attention_factor_folded_into_the_softmax_scale_passes() -> None:
 
 def test_an_attention_factor_applied_twice_is_named() -> None:
     rep = check_model_rope(M.FactorTwice(), CASES["yarn"].config, dtypes=("float32",))
-    assert "the attention factor is applied twice" in _diag(rep, "attention_factor")
+    assert "the attention factor is applied twice" in _diag(rep, "softmax_scale")
+    assert rep.failed == ["softmax_scale"]  # (cos and sin carry the config's factor)

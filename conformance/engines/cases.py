@@ -97,6 +97,28 @@ CASES: dict[str, Case] = {
             note="with the rope_scaling its model card adds for 128K context",
         ),
         Case(
+            "yarn_original",
+            "Qwen3 8B, 128K",
+            {
+                "model_type": "qwen3",
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "num_hidden_layers": 36,
+                "max_position_embeddings": 40960,
+                "rope_theta": 1000000.0,
+                "rope_scaling": {
+                    "rope_type": "yarn",
+                    "factor": 4.0,
+                    "original_max_position_embeddings": 32768,
+                },
+            },
+            "YaRN whose original context (32768) is not max_position_embeddings (40960): the ramp's "
+            "bounds come from the original",
+            note="with the rope_scaling its model card adds for 131072 tokens",
+        ),
+        Case(
             "yarn_no_truncate",
             "gpt-oss-20b",
             {

@@ -1,12 +1,11 @@
 """The adapter protocol through which :func:`rotary.testing.check_model_rope` certifies an engine's
 RoPE against a model's config.
 
-An *engine* (vLLM, Megatron-core, flash-attn, torchtune, MaxText, mlx-lm, your own code...) is
-given to the checker as an :class:`Adapter`: from a Hugging Face config it builds the engine's
-RoPE **the way the engine itself builds it for that model** (its own config reading, its own
-defaults, its own tables), and returns an :class:`EngineRope` that rotates NumPy queries and keys
-through the engine's code.  ``rotary`` reads the same config (:func:`rotary.hf.model_rope`) and
-compares, in float64.
+An *engine* (vLLM, Megatron-core, flash-attn, llama.cpp's ggml, mlx-lm, your own code...) is given
+to the checker as an :class:`Adapter`: from a Hugging Face config it builds the engine's RoPE **the
+way the engine itself builds it for that model** (its own config reading, its own defaults, its own
+tables), and returns an :class:`EngineRope` that rotates NumPy queries and keys through the engine's
+code.  ``rotary`` reads the same config (:func:`rotary.hf.model_rope`) and compares, in float64.
 
 Arrays crossing the protocol are NumPy arrays (the adapter converts to and from its library):
 
@@ -18,31 +17,188 @@ Arrays crossing the protocol are NumPy arrays (the adapter converts to and from 
 * ``head_dim`` is the RoPE's width as :func:`rotary.hf.model_rope` reports it (for multi-head
   latent attention, the ``qk_rope_head_dim`` features that rotate).
 
-An adapter that cannot express a config raises :class:`Unsupported` with the reason: the report
-says "not supported", not "failed".
+Feature order
+    ``q`` and ``k`` arrive in the **Hugging Face checkpoint's feature order** (the order of the
+    rows of ``q_proj``/``k_proj`` in the published weights), and the results are compared in that
+    order.  An engine whose converter permutes the q/k weights (llama.cpp's
+    ``convert_hf_to_gguf.py`` and Meta's checkpoint converters reorder the rows of a half-layout
+    checkpoint so that the engine rotates adjacent pairs) sees other features: the adapter applies
+    that same permutation to ``q`` and ``k`` before the engine and its inverse after (see
+    ``conformance/engines/torchtune.py``).  Without it, the checker reports the engine's pairing as
+    the other layout.
+
+Dtypes
+    The checker asks for each dtype apart.  An engine that has no RoPE in a dtype (ggml has no
+    bfloat16 RoPE) is **not supported** there: the adapter raises :class:`Unsupported` for that
+    dtype, and never computes in another dtype on the engine's behalf.  An engine that does compute
+    in a wider dtype by design (a kernel that loads bfloat16, works in float32 and stores
+    bfloat16) is checked as it runs: whatever it returns is compared, within the dtype's tolerance.
+
+Angle kinds
+    ``EngineRope.angles`` says how the engine forms its angles, which sets the allowance the
+    checker grants for them (:data:`ANGLE_KINDS`, :func:`angle_error`): ``"exact"`` none,
+    ``"float64"``, ``"float32"`` (``pos * inv_freq`` in float32: Hugging Face's recipe, most
+    engines), ``"float32_recurrence"`` (``theta *= theta_scale`` once per pair in float32:
+    ggml's ``ggml_rope_ext``) and ``"dtype"`` (formed in the data's dtype).
+
+Errors
+    An adapter that cannot express a config raises :class:`Unsupported` with the reason: the report
+    says "not supported", not "failed".  Any other exception is blamed by where it was raised
+    (:func:`raised_by_adapter`): in the adapter's own module it is an **adapter error** (a bug to
+    fix in the adapter, not a verdict on the engine); in the engine's code (or any other module the
+    adapter calls) it is the engine's.  An adapter that reproduces a step of the engine in its own
+    code (indexing the engine's table as the engine's forward does) raises :class:`EngineError`
+    from the error it meets there.
 """
 
 from __future__ import annotations
 
+import inspect
+import os
+import types
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Adapter", "AngleKind", "EngineRope", "Unsupported"]
+__all__ = [
+    "ANGLE_KINDS",
+    "Adapter",
+    "AngleKind",
+    "EngineError",
+    "EngineRope",
+    "Unsupported",
+    "adapter_files",
+    "angle_error",
+    "raised_by_adapter",
+]
 
-#: How an engine forms its angles, which sets the allowance the checker grants:
-#: ``"exact"``/``"float64"`` none beyond rounding; ``"float32"``: angles ``pos * inv_freq`` formed in
-#: float32 (Hugging Face's recipe, most engines); ``"dtype"``: formed in the data's dtype.
-AngleKind = Literal["exact", "float64", "float32", "dtype"]
+#: How an engine forms its angles (``EngineRope.angles``).
+AngleKind = Literal["exact", "float64", "float32", "float32_recurrence", "dtype"]
+
+#: Each angle kind, with the rounding analysis its allowance comes from (:func:`angle_error`).
+ANGLE_KINDS: dict[str, str] = {
+    "exact": "correctly rounded angles (rotary's exact method): no allowance",
+    "float64": "pos * inv_freq in float64: two roundings, relative error 2**-52",
+    "float32": "pos * inv_freq in float32 (Hugging Face's recipe, most engines): two roundings, "
+    "relative error 2**-23",
+    "float32_recurrence": "theta_i = pos * s**i by repeated float32 multiplication, theta *= s once "
+    "per pair (ggml's ggml_rope_ext): s = base**(-2/d) carries one ulp (2**-23) into every step and "
+    "each step rounds (2**-24), so pair i's angle is off by up to 1.5 i 2**-23, plus 2 2**-23 for a "
+    "scaling's interpolation and mix: (1.5 i + 2) 2**-23",
+    "dtype": "pos * inv_freq in the data's dtype: the position, the frequency and their product "
+    "rounded, relative error 1.5 eps(dtype)",
+}
+
+
+def angle_error(kind: str, inv_freq: np.ndarray, dtype: str) -> tuple[np.ndarray, float]:
+    """The allowance for an engine's angles: per pair, the relative error its angle may carry, and
+    the absolute error per unit of position the checker grants every feature.
+
+    Each is **twice** the rounding bound of :data:`ANGLE_KINDS`.  The absolute allowance is the
+    relative one times the largest angle per position: ``1`` for every kind but
+    ``"float32_recurrence"``, whose error grows with the pair index (there it is the largest
+    ``error_i * |inv_freq_i|``, at least float32's).
+
+    Parameters
+    ----------
+    kind : str
+        One of :data:`ANGLE_KINDS`.
+    inv_freq : ndarray
+        The config's frequencies, ``(pairs,)``.
+    dtype : str
+        The data's dtype (for ``"dtype"``).
+
+    Returns
+    -------
+    (ndarray, float)
+        The relative allowance per pair and the absolute allowance per unit of position.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rotary.testing.engine import angle_error
+    >>> w = 10000.0 ** (-np.arange(64) / 64)
+    >>> rel, per_pos = angle_error("float32", w, "float32")
+    >>> per_pos == 2 * 2.0**-23
+    True
+    >>> rel, per_pos = angle_error("float32_recurrence", w, "float32")
+    >>> round(per_pos / 2.0**-23, 1), bool(rel[0] == 4 * 2.0**-23)
+    (9.3, True)
+    """
+    from .asserts import eps
+
+    w = np.abs(np.asarray(inv_freq, dtype=np.float64))
+    i = np.arange(w.shape[0], dtype=np.float64)
+    one = np.ones_like(w)
+    if kind == "exact":
+        return 0.0 * one, 0.0
+    if kind == "float64":
+        return 2 * 2.0**-52 * one, 2 * 2.0**-52
+    if kind == "float32":
+        return 2 * 2.0**-23 * one, 2 * 2.0**-23
+    if kind == "dtype":
+        e = 2 * 1.5 * eps(dtype)
+        return e * one, e
+    if kind == "float32_recurrence":
+        rel = 2 * (1.5 * i + 2) * 2.0**-23
+        return rel, max(2 * 2.0**-23, float(np.max(rel * w, initial=0.0)))
+    raise ValueError(f"EngineRope.angles must be one of {sorted(ANGLE_KINDS)}; got {kind!r}")
 
 
 class Unsupported(Exception):
-    """The engine cannot express this config (a scaling it lacks, an M-RoPE, a layout...).
+    """The engine cannot express this config (a scaling it lacks, an M-RoPE, a dtype...).
 
     Raised by :meth:`Adapter.build` (or :meth:`EngineRope.rotate`); reported as "not supported"
     with the message as its reason, never as a failure.
     """
+
+
+class EngineError(Exception):
+    """Raised by an adapter **on the engine's behalf**: a step the adapter reproduces from the
+    engine's code (its forward indexing its own table, say) failed there.
+
+    Raise it from the error met (``raise EngineError from e``): the report shows that error, as
+    the engine's.  Any other exception raised in the adapter's module is an adapter error.
+    """
+
+
+def adapter_files(adapter: Any) -> frozenset[str]:
+    """The source files of an adapter's own code: its module (a module adapter), the modules of
+    its class and base classes (an object), or of its ``build`` function."""
+    if isinstance(adapter, types.ModuleType):
+        objs: list[Any] = [adapter]
+    elif isinstance(adapter, (types.FunctionType, types.MethodType)):
+        objs = [adapter]
+    else:
+        wrapped = getattr(adapter, "_build", None)  # (a bare build function the checker wrapped)
+        objs = [wrapped] if callable(wrapped) else [c for c in type(adapter).__mro__ if c is not object]
+    files: set[str] = set()
+    for o in objs:
+        try:
+            f = inspect.getsourcefile(o) or inspect.getfile(o)
+        except TypeError:  # (a built-in)
+            continue
+        files.add(os.path.realpath(f))
+    return frozenset(files)
+
+
+def raised_by_adapter(exc: BaseException, files: frozenset[str]) -> bool:
+    """Whether ``exc`` is the adapter's own error: its innermost frame (that of the error it was
+    raised ``from``, if any) is in one of the adapter's ``files``, and it is no
+    :class:`EngineError`."""
+    root: BaseException | None = exc
+    while root is not None:
+        if isinstance(root, EngineError):
+            return False
+        if root.__cause__ is None:
+            break
+        root = root.__cause__
+    assert root is not None
+    tb, last = root.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and os.path.realpath(last.tb_frame.f_code.co_filename) in files
 
 
 @runtime_checkable
@@ -51,9 +207,9 @@ class EngineRope(Protocol):
 
     Attributes
     ----------
-    angles : {"exact", "float64", "float32", "dtype"}
-        How the engine forms its angles (sets the angle allowance).  Optional: default
-        ``"float32"``.
+    angles : {"exact", "float64", "float32", "float32_recurrence", "dtype"}
+        How the engine forms its angles (sets the angle allowance: :func:`angle_error`).
+        Optional: default ``"float32"``.
     max_position : int or None
         The positions the engine's precomputed table covers (``0 .. max_position - 1``), if it
         keeps one; ``None`` if it computes angles on the fly.  Optional.  Positions past it are
@@ -65,9 +221,10 @@ class EngineRope(Protocol):
     """
 
     def rotate(self, q: np.ndarray, k: np.ndarray, positions: np.ndarray) -> tuple[Any, Any]:
-        """``(q, k)`` rotated by the engine at ``positions`` (shapes as given; any float dtype,
-        NumPy or convertible with ``numpy.asarray``): whatever factor the engine multiplies into
-        cos/sin is included."""
+        """``(q, k)`` rotated by the engine at ``positions`` (shapes as given, features in the
+        Hugging Face checkpoint's order; any float dtype, NumPy or convertible with
+        ``numpy.asarray``): whatever factor the engine multiplies into cos/sin is included.  Must
+        not modify ``q`` or ``k``."""
         ...
 
     # Optional:
@@ -97,5 +254,6 @@ class Adapter(Protocol):
     def build(self, config: Mapping[str, Any], *, layer_type: str | None, dtype: str) -> EngineRope:
         """The engine's RoPE for ``config`` (a Hugging Face config dict, as published) and layer
         type (``None``: the model's only RoPE), in ``dtype`` (``"float32"``, ``"bfloat16"``,
-        ``"float16"``).  Raises :class:`Unsupported` where the engine cannot express it."""
+        ``"float16"``).  Raises :class:`Unsupported` where the engine cannot express it (a
+        scaling it lacks, or a dtype it has no RoPE in)."""
         ...

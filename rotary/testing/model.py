@@ -19,13 +19,34 @@ census) and checks an engine's RoPE for it, given through the adapter protocol o
 =================  ==============================================================================
 
 Each layer type of the config and each dtype asked for is checked apart (an engine that cannot
-express one is "not supported", not failed).  Tolerances are those of :func:`check_rope`:
-``ulps * eps(dtype)`` (8 by default) relative to the data, plus the angle allowance
-``2 * 2**-23 * |pos|`` where the engine forms its angles in float32 (its ``angles`` attribute;
-none for ``"exact"``), both times the attention factor.  A failure is diagnosed in words: which
-frequencies and by what factor, which attention factor, from which position on, and which known
-mistake the engine's numbers match (no scaling, the other layout, the bands inverted, ``mscale``
-ignored, a clamped table...).
+express one is "not supported", not failed), on data exactly representable in that dtype.
+Tolerances are those of :func:`check_rope`: ``ulps * eps(dtype)`` (8 by default) relative to the
+data, plus the allowance of the angle kind the engine declares (its ``angles`` attribute:
+:func:`rotary.testing.engine.angle_error`; ``2 * 2**-23 * |pos|`` for ``"float32"``), both times the
+attention factor.
+
+One mistake fails one check.  The attention factor is measured from norms (a rotation keeps the
+norm of the features it turns, whatever their pairing), and the rotation is checked with the
+engine's factor brought to the config's; a factor folded into the softmax scale passes both.  A
+failure is diagnosed in words, each of them verified against the engine's own numbers:
+
+* how the engine pairs the features, where that is not the config's layout or width (each
+  feature rotated alone): then nothing is said of frequencies, which a wrong pairing makes
+  meaningless;
+* which known mistake the engine's numbers match within tolerance (no scaling, the bands
+  inverted, the wrong original context, a clamped or wrapping table...);
+* per pair, the factor on the config's frequency, from one call at positions rising by 1.25x to
+  ``2**20`` on data exact in the dtype: every frequency that agrees with the engine's angle at
+  every position (within the dtype's rounding and the angle allowance) forms an interval; a factor
+  is printed only where that interval excludes 1 and is narrower than 4%; where the dtype leaves
+  it wider the message says the dtype cannot resolve it; where none agrees, that the pair turns at
+  no single frequency;
+* the attention factor, and where it matches a known mistake (missing, applied twice, ``mscale``
+  ignored);
+* from which position on the engine is wrong.
+
+An exception raised in the adapter's own code is an "adapter error" (no verdict on the engine:
+:func:`rotary.testing.engine.raised_by_adapter`).
 
 Examples
 --------
@@ -53,8 +74,8 @@ that ignores YaRN's attention factor is caught:
 >>> bool(check_model_rope(Rotary(), cfg, dtypes=("float32",)))
 True
 >>> report = check_model_rope(Rotary(af=1.0), cfg, dtypes=("float32",))
->>> report.failed
-['rotation', 'attention_factor']
+>>> report.failed  # (the rotation holds: only the factor is wrong)
+['attention_factor']
 >>> print(report["attention_factor"].message)  # doctest: +ELLIPSIS
 cos and sin are scaled by 1.0000 where the config implies 1.2773 ...
 """
@@ -65,6 +86,7 @@ import dataclasses
 import importlib
 import json
 import math
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
@@ -77,7 +99,7 @@ from .._rope import RoPE
 from ..multiaxis import MRoPE
 from ..scaling import Default, DynamicNTK, Factors, Frequencies, Llama3, LongRoPE, YaRN
 from .asserts import eps
-from .engine import Unsupported
+from .engine import EngineError, Unsupported, adapter_files, angle_error, raised_by_adapter
 
 __all__ = ["MODEL_CHECKS", "ModelCheck", "ModelRopeReport", "check_model_rope", "load_config", "make_adapter"]
 
@@ -90,7 +112,7 @@ MODEL_CHECKS: dict[str, str] = {
     "positions": "positions past a table are right or refused, never clamped or wrapped",
 }
 
-Status = Literal["pass", "fail", "not supported"]
+Status = Literal["pass", "fail", "not supported", "adapter error"]
 
 
 @dataclasses.dataclass
@@ -107,7 +129,8 @@ class ModelCheck:
 
     @property
     def passed(self) -> bool:
-        return self.status != "fail"
+        """It holds, or the engine cannot express it (an adapter error is no pass)."""
+        return self.status in ("pass", "not supported")
 
     def to_dict(self) -> dict[str, Any]:
         err = self.error if math.isfinite(self.error) else None
@@ -116,8 +139,10 @@ class ModelCheck:
 
 @dataclasses.dataclass
 class ModelRopeReport:
-    """Every check of an engine against one config; truthy iff none failed ("not supported" is
-    not a failure).  ``str`` gives a readable table, ``to_dict`` the JSON of the field report."""
+    """Every check of an engine against one config; truthy iff none failed and the adapter raised
+    no error of its own ("not supported" is not a failure; an adapter error is no verdict on the
+    engine, and no pass either).  ``str`` gives a readable table, ``to_dict`` the JSON of the field
+    report."""
 
     engine: str
     version: str
@@ -129,12 +154,13 @@ class ModelRopeReport:
 
     @property
     def failed(self) -> list[str]:
-        """The checks that failed (each once, in report order)."""
-        out: list[str] = []
-        for r in self.results:
-            if not r.passed and r.check not in out:
-                out.append(r.check)
-        return out
+        """The checks the engine failed (each once, in report order)."""
+        return list(dict.fromkeys(r.check for r in self.results if r.status == "fail"))
+
+    @property
+    def adapter_errors(self) -> list[str]:
+        """The checks the adapter's own code raised in (each once, in report order)."""
+        return list(dict.fromkeys(r.check for r in self.results if r.status == "adapter error"))
 
     @property
     def supported(self) -> bool:
@@ -146,7 +172,7 @@ class ModelRopeReport:
         rows = [r for r in self.results if r.check == check]
         if not rows:
             raise KeyError(f"no check {check!r}; checks: {sorted({r.check for r in self.results})}")
-        order = {"fail": 0, "pass": 1, "not supported": 2}
+        order = {"fail": 0, "adapter error": 1, "pass": 2, "not supported": 3}
         return min(rows, key=lambda r: (order[r.status], -r.error if math.isfinite(r.error) else 0.0))
 
     def __iter__(self) -> Iterator[ModelCheck]:
@@ -172,8 +198,13 @@ class ModelRopeReport:
                 lines.append(f"      -> {r.message}")
         if not self.supported:
             lines.append("  not supported: the engine cannot express this config")
+        elif self:
+            lines.append("  all checks hold")
         else:
-            lines.append("  all checks hold" if self else f"  FAILED: {', '.join(self.failed)}")
+            if self.failed:
+                lines.append(f"  FAILED: {', '.join(self.failed)}")
+            if self.adapter_errors:
+                lines.append(f"  ADAPTER ERROR (fix the adapter): {', '.join(self.adapter_errors)}")
         return "\n".join(lines)
 
 
@@ -291,20 +322,24 @@ def _context(config: Mapping[str, Any], rope: Rope) -> int:
     dynamic NTK, ``factor`` times ``max_position_embeddings`` (positions past it are what the
     scaling is for).  Linear scaling says nothing of the kind: Vicuna-16k keeps 4096 there, Gemma 3
     the extended 131072."""
-    d = _as_dict(config)
-    sub = d.get("text_config")
-    text: Mapping[str, Any] = sub if isinstance(sub, Mapping) else d
-    n = 0
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        if isinstance(text.get(key), int):
-            n = int(text[key])
-            break
+    n = _max_positions(config)
     sc = _rope_config(rope).scaling
     if isinstance(sc, YaRN):
         return max(n, int(sc.factor * sc.original_max_position_embeddings))
     if isinstance(sc, DynamicNTK):
         return max(n, int(sc.factor * sc.max_position_embeddings))
     return max(n, int(getattr(sc, "original_max_position_embeddings", 0) or 0))
+
+
+def _max_positions(config: Mapping[str, Any]) -> int:
+    """The config's ``max_position_embeddings`` (or its older names; 0 if none)."""
+    d = _as_dict(config)
+    sub = d.get("text_config")
+    text: Mapping[str, Any] = sub if isinstance(sub, Mapping) else d
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        if isinstance(text.get(key), int):
+            return int(text[key])
+    return 0
 
 
 # -- positions and data ---------------------------------------------------------------------------
@@ -333,52 +368,56 @@ def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.nd
 
 
 # -- the checks ---------------------------------------------------------------------------------
-_ANGLE_EPS = {"exact": 0.0, "float64": 2.0**-52, "float32": 2.0**-23}
-
-
 @dataclasses.dataclass
 class _Call:
     pos: np.ndarray  # (tokens,) or (rows, tokens)
     q: np.ndarray
     k: np.ndarray
-    out: tuple[np.ndarray, np.ndarray] | None  # None: the engine raised
+    out: tuple[np.ndarray, np.ndarray] | None  # the engine's (float64); None: the engine raised
     error: str = ""
+    adapter: bool = False  # the exception was raised in the adapter's own code
 
 
 class _Layer:
     """One layer type's RoPE, one dtype, one built engine RoPE: its calls and their errors."""
 
     def __init__(
-        self, rope: Rope, eng: Any, dtype: str, ulps: float, heads: tuple[int, int], softmax: float
+        self,
+        rope: Rope,
+        eng: Any,
+        dtype: str,
+        ulps: float,
+        heads: tuple[int, int],
+        softmax: float,
+        code: frozenset[str],
     ) -> None:
-        self.rope, self.eng, self.dtype = rope, eng, dtype
+        self.rope, self.eng, self.dtype, self.code = rope, eng, dtype, code
         self.cfg = _rope_config(rope)
         self.n_rows = len(rope.sections) if isinstance(rope, MRoPE) else 1
         self.af = float(self.cfg.attention_factor)
         # The logits are what matter: an engine may scale cos and sin by the attention factor or
-        # fold its square into the softmax scale.  Both outputs times sqrt(engine's softmax scale /
-        # the config's) give the logits of the config's convention.
+        # fold its square into the softmax scale (the engine's softmax scale over the config's).
         self.softmax = (float(getattr(eng, "softmax_scale", 1.0)), softmax)
         self.fold = math.sqrt(self.softmax[0] / self.softmax[1])
-        self.angle_eps = _ANGLE_EPS.get(str(getattr(eng, "angles", "float32")), 2.0**-23)
+        kind = str(getattr(eng, "angles", "float32"))
+        self.angle_rel, self.angle_coef = angle_error(kind, self.cfg.host_inv_freq(), dtype)
         self.ulps, self.heads = ulps, heads
         self.rng = np.random.default_rng(0)
+        # The rotation check is blind to the engine's factor (its own check measures it): the
+        # features the engine scales are brought to the config's factor, per tensor.
+        self.norm: tuple[tuple[float, np.ndarray], ...] = ()
+        self.max_positions = 0  # (the config's max_position_embeddings)
 
-    def call(self, pos: np.ndarray) -> _Call:
+    def run(self, pos: np.ndarray, q: np.ndarray, k: np.ndarray) -> _Call:
         rows = _rows(pos, self.n_rows)
-        n = pos.shape[0]
-        q = _data(self.rng, (n, self.heads[0], self.cfg.head_dim), self.dtype)
-        k = _data(self.rng, (n, self.heads[1], self.cfg.head_dim), self.dtype)
         qc, kc = q.copy(), k.copy()
         try:
             oq, ok = self.eng.rotate(qc, kc, rows.copy())
-            out = (np.asarray(oq, dtype=np.float64) * self.fold, np.asarray(ok, dtype=np.float64) * self.fold)
+            out = (np.asarray(oq, dtype=np.float64), np.asarray(ok, dtype=np.float64))
         except Unsupported:
             raise
         except Exception as e:
-            return _Call(
-                rows, q, k, None, f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-            )
+            return _Call(rows, q, k, None, _exc(e), raised_by_adapter(e, self.code))
         if not (np.array_equal(qc, q) and np.array_equal(kc, k)):
             return _Call(rows, q, k, None, "the engine changed its inputs in place")
         for o, x in zip(out, (q, k), strict=True):
@@ -386,19 +425,32 @@ class _Layer:
                 return _Call(rows, q, k, None, f"the engine returned shape {o.shape} for {x.shape}")
         return _Call(rows, q, k, out)
 
+    def call(self, pos: np.ndarray) -> _Call:
+        """The engine at ``pos`` on normal data exactly representable in the dtype."""
+        n = pos.shape[0]
+        q = _data(self.rng, (n, self.heads[0], self.cfg.head_dim), self.dtype)
+        k = _data(self.rng, (n, self.heads[1], self.cfg.head_dim), self.dtype)
+        return self.run(pos, q, k)
+
+    def normalized(self, c: _Call) -> tuple[np.ndarray, ...]:
+        """The engine's outputs with its factor replaced by the config's (see ``norm``)."""
+        assert c.out is not None
+        if not self.norm:
+            return c.out
+        return tuple(np.where(m, o * s, o) for o, (s, m) in zip(c.out, self.norm, strict=True))
+
     def tol(self, c: _Call, x: np.ndarray) -> np.ndarray:
         """Per element of ``x``'s rotation: ``ulps * eps`` plus the angle allowance, relative to
         the data's scale, times the attention factor."""
         p = np.abs(c.pos if c.pos.ndim == 1 else c.pos.max(axis=0)).astype(np.float64)
-        base = self.ulps * eps(self.dtype) + 2.0 * self.angle_eps * p
+        base = self.ulps * eps(self.dtype) + self.angle_coef * p
         return (max(1.0, self.af) * base)[:, None, None] * np.ones_like(x)
 
     def errors(self, c: _Call, rope: Rope | None = None, fn: Any = None) -> np.ndarray:
-        """Per token: the worst error of q and k in units of tolerance, against ``rope``'s
-        rotation (default the config's) or ``fn(x, pos)``."""
-        assert c.out is not None
+        """Per token: the worst error of q and k (the engine's factor brought to the config's) in
+        units of tolerance, against ``rope``'s rotation (default the config's) or ``fn(x, pos)``."""
         worst = np.zeros(c.q.shape[0])
-        for x, o in zip((c.q, c.k), c.out, strict=True):
+        for x, o in zip((c.q, c.k), self.normalized(c), strict=True):
             want = fn(x, c.pos) if fn is not None else _truth(rope or self.rope, x, c.pos)
             scale = max(1.0, float(np.abs(x).max()))
             e = np.abs(o - want) / scale / self.tol(c, x)
@@ -440,7 +492,7 @@ def check_model_rope(
     Returns
     -------
     ModelRopeReport
-        Truthy when no check failed.
+        Truthy when no check failed and the adapter raised no error of its own.
     """
     ad = make_adapter(adapter)
     cfg, cname = load_config(config)
@@ -452,12 +504,15 @@ def check_model_rope(
     except Exception as e:  # an adapter without a version: the report still runs
         version = f"unknown ({type(e).__name__})"
     model = hf.model_rope(cfg)
+    code = adapter_files(ad)
     results: list[ModelCheck] = []
     for lt, index, rope in _layers(cfg):
         if layer_types is not None and lt is not None and lt not in layer_types:
             continue  # (a config whose layers share one RoPE has one, whatever the name asked)
         for dtype in dtypes:
-            results.extend(_check_layer(ad, cfg, model, lt, index, rope, dtype, positions or (), ulps, heads))
+            results.extend(
+                _check_layer(ad, cfg, model, lt, index, rope, dtype, positions or (), ulps, heads, code)
+            )
     return ModelRopeReport(name, version, cname, results)
 
 
@@ -472,6 +527,7 @@ def _check_layer(
     extra: Sequence[int],
     ulps: float,
     heads: tuple[int, int],
+    code: frozenset[str],
 ) -> list[ModelCheck]:
     def row(check: str, status: Status, error: float = math.nan, message: str = "") -> ModelCheck:
         return ModelCheck(check, lt, dtype, status, error, message)
@@ -481,9 +537,14 @@ def _check_layer(
     except Unsupported as e:
         return [row("rotation", "not supported", message=str(e))]
     except Exception as e:
+        if raised_by_adapter(e, code):
+            return [row("rotation", "adapter error", message=_adapter_error(e))]
         return [row("rotation", "fail", message=f"building the engine's RoPE raised {_exc(e)}")]
-    layer = _Layer(rope, eng, dtype, ulps, heads, float(model.attention.get("softmax_scale_multiplier", 1.0)))
+    layer = _Layer(
+        rope, eng, dtype, ulps, heads, float(model.attention.get("softmax_scale_multiplier", 1.0)), code
+    )
     context = _context(cfg, rope)
+    layer.max_positions = _max_positions(cfg)
     table = getattr(eng, "max_position", None)
     marks = [
         context,
@@ -491,13 +552,14 @@ def _check_layer(
     ]
     try:
         calls = [layer.call(np.arange(64)), *_spread_calls(layer, _spread([*marks, *extra]))]
+        factors = _measure_factor(layer, calls[0])
+        out = [_rotation(layer, calls, row)]
     except Unsupported as e:
         return [row("rotation", "not supported", message=str(e))]
-    out = [_rotation(layer, calls, context, row)]
-    out.append(_attention_factor(layer, calls, row))
-    out.append(_softmax_scale(layer, calls, row))
-    out.append(_query_scale(eng, model, index, row))
-    out.append(_positions(layer, calls, context, table, row))
+    out.append(_attention_factor(layer, calls[0], factors, row))
+    out.append(_softmax_scale(layer, factors, row))
+    out.append(_query_scale(eng, model, index, row, code))
+    out.append(_positions(calls, context, row))
     return out
 
 
@@ -511,18 +573,34 @@ def _spread_calls(layer: _Layer, pos: np.ndarray) -> list[_Call]:
 
 
 def _exc(e: BaseException) -> str:
+    if isinstance(e, EngineError) and e.__cause__ is not None and not str(e):
+        return _exc(e.__cause__)
     s = str(e).splitlines()[0][:200] if str(e) else ""
     return f"{type(e).__name__}: {s}" if s else type(e).__name__
+
+
+def _adapter_error(e: BaseException) -> str:
+    """``adapter error: TypeError: ... (raised at adapter.py:42)``."""
+    tb, last = e.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    at = ""
+    if last is not None:
+        at = f" (raised at {os.path.basename(last.tb_frame.f_code.co_filename)}:{last.tb_lineno})"
+    return f"adapter error: {_exc(e)}{at}"
 
 
 def _scalar_pos(c: _Call) -> np.ndarray:
     return c.pos if c.pos.ndim == 1 else c.pos[0]
 
 
-def _rotation(layer: _Layer, calls: list[_Call], context: int, row: Any) -> ModelCheck:
+def _rotation(layer: _Layer, calls: list[_Call], row: Any) -> ModelCheck:
     ran = [c for c in calls if c.out is not None]
     if not ran:
-        return row("rotation", "fail", message=f"the engine raised on every call: {calls[0].error}")
+        c = calls[0]
+        if c.adapter:
+            return row("rotation", "adapter error", message=f"adapter error: {c.error}")
+        return row("rotation", "fail", message=f"the engine raised on every call: {c.error}")
     worst, bad = 0.0, list[int]()
     for c in ran:
         e = layer.errors(c)
@@ -533,43 +611,94 @@ def _rotation(layer: _Layer, calls: list[_Call], context: int, row: Any) -> Mode
     return row("rotation", "fail", worst, _diagnose(layer, ran, sorted(set(bad))))
 
 
-def _attention_factor(layer: _Layer, calls: list[_Call], row: Any) -> ModelCheck:
-    c = calls[0]  # positions 0 .. 63
+# -- the attention factor, from norms ---------------------------------------------------------------
+@dataclasses.dataclass
+class _Factors:
+    """The engine's scale of cos and sin per tensor (q, k), measured from norms: a rotation keeps
+    the norm of the features it turns, whatever their pairing, so ``|out| / |in|`` over the
+    features the engine changes is its factor at every token.  ``lo``/``hi``: its range over
+    tokens and heads (one factor: equal within rounding)."""
+
+    f: tuple[float, float]
+    lo: float
+    hi: float
+
+
+def _measure_factor(layer: _Layer, c: _Call) -> _Factors | None:
+    """The engine's factor at positions 0 .. 63 (and ``layer.norm`` set from it)."""
     if c.out is None:
-        return row("attention_factor", "fail", message=f"the engine raised: {c.error}")
-    f = _factor(layer, c)
-    err = abs(f / layer.af - 1.0) / (layer.ulps * eps(layer.dtype))
-    msg = f"{f:.4f} (the config's {layer.af:.4f})"
-    if err <= 1.0:
-        return row("attention_factor", "pass", err, msg)
-    return row("attention_factor", "fail", err, _factor_words(layer, f))
-
-
-def _factor(layer: _Layer, c: _Call) -> float:
-    """The engine's scale of cos and sin: median |rotated pair| / |input pair| over q and k."""
-    assert c.out is not None
-    cfg = layer.cfg
-    ratios = []
+        return None
+    fs, lo, hi, norm = [], math.inf, -math.inf, []
     for x, o in zip((c.q, c.k), c.out, strict=True):
-        zx, zo = _pairs(x, cfg), _pairs(o, cfg)
-        big = np.abs(zx) > 0.5
-        ratios.append(np.abs(zo[big]) / np.abs(zx[big]))
-    return float(np.median(np.concatenate(ratios)))
+        moved = (np.abs(o - x) > 2 * eps(layer.dtype) * np.maximum(np.abs(x), 1e-30)).any(axis=(0, 1))
+        if moved.any():
+            num = np.sqrt(np.sum(o[..., moved] ** 2, axis=-1))
+            den = np.sqrt(np.sum(x[..., moved] ** 2, axis=-1))
+            r = (num / np.maximum(den, 1e-300)).ravel()
+            f = float(np.median(r))
+            lo, hi = min(lo, float(np.min(r))), max(hi, float(np.max(r)))
+        else:
+            f = 1.0
+            lo, hi = min(lo, 1.0), max(hi, 1.0)
+        fs.append(f)
+        ok = math.isfinite(f) and f > 1e-6
+        # (the features the config rotates too: in bfloat16 a slow pair turns by less than
+        # rounding at these positions, yet carries the factor at every other)
+        norm.append((layer.af / f if ok else 1.0, moved | (np.arange(x.shape[-1]) < layer.cfg.width)))
+    layer.norm = tuple(norm)
+    return _Factors((fs[0], fs[1]), lo, hi)
 
 
-def _factor_words(layer: _Layer, f: float) -> str:
-    af, sc = layer.af, layer.cfg.scaling
-    words = f"cos and sin are scaled by {f:.4f} where the config implies {af:.4f}"
+def _digits(dtype: str) -> int:
+    """Decimals a factor measured in ``dtype`` is printed with."""
+    e = eps(dtype)
+    return 4 if e <= 2.0**-20 else 3 if e <= 2.0**-10 else 2
+
+
+def _attention_factor(layer: _Layer, c: _Call, fac: _Factors | None, row: Any) -> ModelCheck:
+    if fac is None:
+        if c.adapter:
+            return row("attention_factor", "adapter error", message=f"adapter error: {c.error}")
+        return row("attention_factor", "fail", message=f"the engine raised: {c.error}")
+    af, tol, n = layer.af, layer.ulps * eps(layer.dtype), _digits(layer.dtype)
+    fq, fk = fac.f
+    err = max(abs(f / af - 1.0) for f in fac.f) / tol
+    f = fq if abs(fq / af - 1.0) >= abs(fk / af - 1.0) else fk
+    if err <= 1.0:
+        return row("attention_factor", "pass", err, f"{f:.{n}f} (the config's {af:.4f})")
+    folded = max(abs(g * layer.fold / af - 1.0) for g in fac.f) / tol
+    if layer.fold != 1.0 and folded <= 1.0:
+        return row(
+            "attention_factor",
+            "pass",
+            folded,
+            f"{f:.{n}f} on cos and sin, the rest folded into the engine's softmax scale "
+            f"{layer.softmax[0]:.6g} (the logits are the config's: {af:.4f}**2)",
+        )
+    return row("attention_factor", "fail", err, _factor_words(layer, fac))
+
+
+def _factor_words(layer: _Layer, fac: _Factors) -> str:
+    af, sc, tol, n = layer.af, layer.cfg.scaling, layer.ulps * eps(layer.dtype), _digits(layer.dtype)
+    fq, fk = fac.f
+    f = fq if abs(fq / af - 1.0) >= abs(fk / af - 1.0) else fk
+    if abs(fq / fk - 1.0) > tol:
+        words = (
+            f"q's cos and sin are scaled by {fq:.{n}f}, k's by {fk:.{n}f}, where the config implies {af:.4f}"
+        )
+    else:
+        words = f"cos and sin are scaled by {f:.{n}f} where the config implies {af:.4f}"
+    if fac.hi / max(fac.lo, 1e-300) - 1.0 > 2 * tol:
+        words += f" (not one factor: from {fac.lo:.{n}f} to {fac.hi:.{n}f} over the tokens)"
     if layer.fold != 1.0:
-        words += f" (the engine's softmax scale {layer.softmax[0]:.6g} folded in)"
-    if abs(f - 1.0) < 1e-3 and af != 1.0:
-        why = _af_origin(sc, layer.cfg)
-        return f"{words} ({why}): the attention factor is missing"
-    if abs(f - af * af) < 2e-3 * af * af and af != 1.0:
+        words += f" (the engine's softmax scale {layer.softmax[0]:.6g} does not make up for it)"
+    if abs(af - 1.0) > tol and abs(f - 1.0) <= tol:
+        return f"{words} ({_af_origin(sc)}): the attention factor is missing"
+    if abs(af - 1.0) > tol and abs(f / (af * af) - 1.0) <= tol:
         return f"{words}: the attention factor is applied twice"
     if isinstance(sc, YaRN) and sc.mscale and sc.mscale_all_dim:
         g = YaRN._mscale(sc.factor)
-        if abs(f - g) < 1e-3:
+        if abs(f / g - 1.0) <= tol and abs(g / af - 1.0) > tol:
             return (
                 f"{words}: 0.1 ln({sc.factor:g}) + 1 = {g:.4f}, i.e. mscale={sc.mscale:g} / "
                 f"mscale_all_dim={sc.mscale_all_dim:g} ignored"
@@ -577,7 +706,7 @@ def _factor_words(layer: _Layer, f: float) -> str:
     return words
 
 
-def _af_origin(sc: Any, cfg: RopeConfig) -> str:
+def _af_origin(sc: Any) -> str:
     if isinstance(sc, YaRN):
         if sc.attention_factor_ is not None:
             return f"YaRN attention_factor={sc.attention_factor_:g}"
@@ -589,25 +718,33 @@ def _af_origin(sc: Any, cfg: RopeConfig) -> str:
     return f"{type(sc).__name__}'s attention factor"
 
 
-def _softmax_scale(layer: _Layer, calls: list[_Call], row: Any) -> ModelCheck:
+def _softmax_scale(layer: _Layer, fac: _Factors | None, row: Any) -> ModelCheck:
     got, want = layer.softmax
     err = abs(got / want - 1.0) / 1e-5
     msg = f"{got:.6g} (the config's {want:.6g})"
     if err <= 1.0:
         return row("softmax_scale", "pass", err, msg)
-    f = _factor(layer, calls[0]) if calls[0].out is not None else math.nan
-    if abs(f / layer.af - 1.0) <= layer.ulps * eps(layer.dtype):  # folded: the logits are right
-        raw = f / layer.fold
+    af, tol = layer.af, layer.ulps * eps(layer.dtype)
+    if fac is not None and all(abs(f * layer.fold / af - 1.0) <= tol for f in fac.f):
         return row(
             "softmax_scale",
             "pass",
             0.0,
             f"{got:.6g}: the engine folds the attention factor into its softmax scale "
-            f"({want:.6g} x {layer.af:.4f}**2 / {raw:.4f}**2; the logits are the config's)",
+            f"({want:.6g} x {af:.4f}**2 / {fac.f[0]:.4f}**2; the logits are the config's)",
         )
     extra = ""
     if abs(got - 1.0) < 1e-9:
         extra = ": the engine applies none (MLA with YaRN multiplies the softmax scale by mscale**2)"
+    elif (
+        fac is not None
+        and abs(af - 1.0) > tol
+        and all(abs(f / af - 1.0) <= tol for f in fac.f)
+        and abs(got / (want * af * af) - 1.0) <= 1e-5
+    ):
+        extra = (
+            f": the attention factor is applied twice, on cos and sin ({af:.4f}) and again here as its square"
+        )
     return row(
         "softmax_scale",
         "fail",
@@ -616,11 +753,16 @@ def _softmax_scale(layer: _Layer, calls: list[_Call], row: Any) -> ModelCheck:
     )
 
 
-def _query_scale(eng: Any, model: hf.ModelRope, index: int, row: Any) -> ModelCheck:
+def _query_scale(eng: Any, model: hf.ModelRope, index: int, row: Any, code: frozenset[str]) -> ModelCheck:
     pos = np.array([0, 1, 4095, 4096, 8192, 16383, 16384, 65536, 262143, 2**20], dtype=np.int64)
     want = model.query_scale(index, pos) if model.layers else None
     fn = getattr(eng, "query_scale", None)
-    got = None if fn is None else fn(pos.copy())
+    try:
+        got = None if fn is None else fn(pos.copy())
+    except Exception as e:
+        if raised_by_adapter(e, code):
+            return row("query_scale", "adapter error", message=_adapter_error(e))
+        return row("query_scale", "fail", message=f"the engine's query scale raised {_exc(e)}")
     if want is None and got is None:
         return row("query_scale", "pass", 0.0, "none")
     w = np.ones(pos.shape) if want is None else np.asarray(want, dtype=np.float64)
@@ -639,35 +781,38 @@ def _query_scale(eng: Any, model: hf.ModelRope, index: int, row: Any) -> ModelCh
             f"the engine scales no query; the config implies {w[j]:.4f} at position {pos[j]} "
             f"(from there on; {w[k]:.4f} at {pos[k]}): beta {beta}, 1 + beta log(1 + floor(pos / L))",
         )
-    first = int(pos[np.argmax(np.abs(g - w) / w > 8 * 2.0**-23)])
     return row(
         "query_scale",
         "fail",
         err,
         f"queries scaled by {g[k]:.4f} at position {pos[k]} where the config implies {w[k]:.4f} "
-        f"(wrong from position {first} on)",
+        f"(wrong from position {pos[j]} on)",
     )
 
 
-def _positions(layer: _Layer, calls: list[_Call], context: int, table: Any, row: Any) -> ModelCheck:
-    refused = sorted(int(p) for c in calls if c.out is None for p in np.atleast_1d(_scalar_pos(c)))
+def _positions(calls: list[_Call], context: int, row: Any) -> ModelCheck:
+    refused = sorted(
+        ((int(p), c) for c in calls if c.out is None for p in np.atleast_1d(_scalar_pos(c))),
+        key=lambda t: t[0],
+    )
     if not refused:
         top = max(int(_scalar_pos(c).max()) for c in calls)
         return row("positions", "pass", 0.0, f"every position computed, up to {top}")
-    first = refused[0]
-    err = next(c.error for c in calls if c.out is None)
+    first, c = refused[0]
+    if c.adapter:
+        return row("positions", "adapter error", message=f"adapter error at position {first}: {c.error}")
     if first < context:
         return row(
             "positions",
             "fail",
             math.inf,
-            f"the engine refuses position {first} ({err}) although the config's context is {context}",
+            f"the engine refuses position {first} ({c.error}) although the config's context is {context}",
         )
     return row(
         "positions",
         "pass",
         0.0,
-        f"refuses positions from {first} on (past the config's context {context}): {err}",
+        f"refuses positions from {first} on (past the config's context {context}): {c.error}",
     )
 
 
@@ -678,6 +823,17 @@ def _pairs(x: np.ndarray, cfg: RopeConfig) -> np.ndarray:
     if cfg.layout == "half":
         return x[..., :h] + 1j * x[..., h:w]
     return x[..., 0:w:2] + 1j * x[..., 1:w:2]
+
+
+def _partners(layout: str, width: int, d: int) -> np.ndarray:
+    """Per feature, the feature ``layout`` pairs it with over ``width`` features (-1: none)."""
+    j = np.arange(d)
+    h = width // 2
+    if layout == "half":
+        p = np.where(j < h, j + h, j - h)
+    else:
+        p = j ^ 1
+    return np.where(j < width, p, -1)
 
 
 def _with(cfg: RopeConfig, rope: Rope, **changes: Any) -> Rope:
@@ -697,34 +853,36 @@ def _with(cfg: RopeConfig, rope: Rope, **changes: Any) -> Rope:
     return RoPE.from_config(c)
 
 
-def _suspects(
-    layer: _Layer, context: int
-) -> list[tuple[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]]:
-    """Known mistakes, each as the rotation it would give: ``(words, fn(x, pos))``."""
+def _at(rope: Rope, factor: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``rope``'s rotation with cos and sin scaled by ``factor`` (its own attention factor replaced)."""
+    cfg = _rope_config(rope)
+    own, w = float(cfg.attention_factor), cfg.width
+
+    def fn(x: np.ndarray, p: np.ndarray) -> np.ndarray:
+        y = _truth(rope, x, p)
+        if own != factor:
+            y[..., :w] *= factor / own
+        return y
+
+    return fn
+
+
+def _suspects(layer: _Layer) -> list[tuple[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]]:
+    """Known mistakes of the rotation (the pairing holds; the factor is the attention factor
+    check's), each as the rotation it would give at the config's factor: ``(words, fn(x, pos))``."""
     rope, cfg, af = layer.rope, layer.cfg, layer.af
     sc = cfg.scaling
     out: list[tuple[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]] = []
-
-    def rot(r: Rope, factor: float = 1.0) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-        return lambda x, p: _truth(r, x, p) * factor
-
-    other = "interleaved" if cfg.layout == "half" else "half"
-    out.append(
-        (f"the {other!r} pair layout (the config's is {cfg.layout!r})", rot(_with(cfg, rope, layout=other)))
-    )
     if not isinstance(sc, Default):
         plain = _with(cfg, rope, scaling=None)
         out.append(
-            (f"no scaling: plain RoPE at base {cfg.base:g} ({type(sc).__name__} not applied)", rot(plain))
+            (f"no scaling: plain RoPE at base {cfg.base:g} ({type(sc).__name__} not applied)", _at(plain, af))
         )
-        if af != 1.0:
-            out.append((f"plain RoPE, but with the attention factor {af:.4f}", rot(plain, af)))
-            out.append(("the scaled frequencies without the attention factor", rot(rope, 1.0 / af)))
     if cfg.base != 10000.0:
         out.append(
             (
                 f"base 10000 (the config's rope_theta {cfg.base:g} not read)",
-                rot(_with(cfg, rope, base=10000.0), 1.0),
+                _at(_with(cfg, rope, base=10000.0), af),
             )
         )
     factor = getattr(sc, "factor", None)
@@ -736,7 +894,7 @@ def _suspects(
         out.append(
             (
                 f"the {name} inverted (high frequencies divided by {factor:g}, low ones kept)",
-                rot(_with(cfg, rope, scaling=Frequencies(tuple(float(f) for f in inv))), af),
+                _at(_with(cfg, rope, scaling=Frequencies(tuple(float(f) for f in inv))), af),
             )
         )
     if isinstance(sc, Llama3) and sc.factor != 8.0:
@@ -744,7 +902,7 @@ def _suspects(
         out.append(
             (
                 f"Llama 3 with factor 8 (hard-coded; the config's is {sc.factor:g})",
-                rot(_with(cfg, rope, scaling=l8)),
+                _at(_with(cfg, rope, scaling=l8), af),
             )
         )
     if isinstance(sc, YaRN):
@@ -752,22 +910,23 @@ def _suspects(
         out.append(
             (
                 f"YaRN with truncate={not sc.truncate} (the config's is {sc.truncate})",
-                rot(_with(cfg, rope, scaling=flip)),
+                _at(_with(cfg, rope, scaling=flip), af),
             )
         )
-        if sc.mscale and sc.mscale_all_dim:
-            g = YaRN._mscale(sc.factor)
+        n, n0 = layer.max_positions, sc.original_max_position_embeddings
+        if n and n != n0:
+            wrong = dataclasses.replace(sc, original_max_position_embeddings=n)
             out.append(
                 (
-                    f"YaRN's attention factor 0.1 ln({sc.factor:g}) + 1 = {g:.4f}: "
-                    "mscale and mscale_all_dim ignored",
-                    rot(rope, g / af),
+                    f"YaRN with max_position_embeddings {n} as its original context (the config's "
+                    f"original_max_position_embeddings is {n0})",
+                    _at(_with(cfg, rope, scaling=wrong), af),
                 )
             )
     if isinstance(sc, LongRoPE):
         for label, fac in (("long", sc.long_factor), ("short", sc.short_factor)):
             r = _with(cfg, rope, scaling=Factors(fac))
-            out.append((f"LongRoPE's {label} factors at every length", rot(r, af)))
+            out.append((f"LongRoPE's {label} factors at every length", _at(r, af)))
     if isinstance(rope, MRoPE):
         alt = None
         if not rope._custom_rows:
@@ -785,7 +944,7 @@ def _suspects(
                 alt = None
         if alt is not None:
             kind = "consecutive" if rope.interleaved else "interleaved (Qwen3-VL)"
-            out.append((f"M-RoPE sections laid out {kind}", rot(alt)))
+            out.append((f"M-RoPE sections laid out {kind}", _at(alt, af)))
         out.append(
             (
                 "M-RoPE with the temporal row for every frequency (text positions only)",
@@ -797,120 +956,309 @@ def _suspects(
 
 
 def _diagnose(layer: _Layer, calls: list[_Call], bad: list[int]) -> str:
-    words: list[str] = []
-    cfg = layer.cfg
     first = bad[0] if bad else None
-    # a known mistake that explains every call
-    for label, fn in _suspects(layer, 0):
-        if all(float(layer.errors(c, fn=fn).max()) <= 1.0 for c in calls):
-            words.append(f"the engine's numbers match {label}")
-            break
+    tail = [f"wrong from position {first} on"] if first is not None else []
+    pairing = _pairing_words(layer, calls)
+    if pairing:  # (the pairs are not the config's: no frequency of a pair means anything)
+        return "; ".join([pairing, *tail])
+    words: list[str] = []
+    matched = [
+        label
+        for label, fn in _suspects(layer)
+        if all(float(layer.errors(c, fn=fn).max()) <= 1.0 for c in calls)
+    ]
+    cap = None
+    if matched:
+        also = f" (and, within {layer.dtype}'s precision, {'; '.join(matched[1:])})" if matched[1:] else ""
+        words.append(f"the engine's numbers match {matched[0]}{also}")
     else:
-        clamp = _clamped(layer, calls, first)
+        clamp, cap = _clamped(layer, calls, first)
         if clamp:
             words.append(clamp)
-    # partial rotary: the features that should pass through
-    d, w = cfg.head_dim, cfg.width
-    if w < d:
-        moved = max(float(np.abs(c.out[0][..., w:] - c.q[..., w:]).max()) for c in calls if c.out is not None)
-        if moved > layer.ulps * eps(layer.dtype) * 4:
-            words.append(
-                f"features {w}..{d - 1} should pass through unchanged ({w} of {d} rotate) "
-                f"but change by up to {moved:.3g}"
-            )
-    # (a failure from some position on: the frequencies are read below it)
-    freq = _frequency_words(layer, calls, below=first if first is not None and first > 64 else math.inf)
-    if freq:
-        words.append(freq)
-    f = _factor(layer, calls[0]) if calls[0].pos.shape[-1] == 64 else layer.af
-    if abs(f / layer.af - 1.0) > layer.ulps * eps(layer.dtype):
-        words.append(_factor_words(layer, f))
-    if first is not None:
-        words.append(f"wrong from position {first} on")
+    passed = _pass_through_words(layer, calls)
+    if passed:
+        words.append(passed)
+    words += _frequency_words(layer, calls, below=cap or math.inf)
+    words += tail
     return "; ".join(words) if words else "wrong values (no known mistake matches)"
 
 
-def _clamped(layer: _Layer, calls: list[_Call], first: int | None) -> str:
-    """Positions past a table read its last row (clamped) or wrap around it."""
-    if first is None or first <= 0:
+def _pass_through_words(layer: _Layer, calls: list[_Call]) -> str:
+    """Features past the rotated width that the engine changes (without pairing them)."""
+    d, w = layer.cfg.head_dim, layer.cfg.width
+    if w >= d:
         return ""
+    diffs = [np.abs(c.out[0][..., w:] - c.q[..., w:]) for c in calls if c.out is not None]
+    moved = max(float(x.max()) for x in diffs)
+    if moved <= layer.ulps * eps(layer.dtype) * 4:
+        return ""
+    words = f"features {w}..{d - 1} should pass through unchanged ({w} of {d} rotate)"
+    words += f" but change by up to {moved:.3g}"
+    x = np.concatenate([c.q[..., w:].ravel() for c in calls if c.out is not None])
+    o = np.concatenate([c.out[0][..., w:].ravel() for c in calls if c.out is not None])
+    r = float(np.median(o / np.where(x == 0, 1.0, x)))
+    if np.all(np.abs(o - r * x) <= layer.ulps * eps(layer.dtype) * np.maximum(np.abs(x), 1.0)):
+        words += f": they are scaled by {r:.{_digits(layer.dtype)}f}"
+    return words
+
+
+def _pairing_words(layer: _Layer, calls: list[_Call]) -> str:
+    """How the engine pairs the features, where that is not the config's pairing ('' where it is).
+
+    Each feature alone (a unit vector, exact in every dtype) is rotated at a few positions: the
+    features of the engine's output that are not exactly 0 are those it mixes that one with.
+    """
+    cfg = layer.cfg
+    d, w = cfg.head_dim, cfg.width
+    top = max(int(_scalar_pos(c).max()) for c in calls)
+    probe = sorted({p for p in (1, 3, 100, 1000, 30011, top) if p <= top})
+    n = len(probe)
+    pos = np.repeat(np.asarray(probe, dtype=np.int64), d)
+    eye = np.tile(np.eye(d, dtype=np.float32), (n, 1))
+    q = np.ascontiguousarray(np.broadcast_to(eye[:, None, :], (n * d, layer.heads[0], d)))
+    k = np.ascontiguousarray(np.broadcast_to(eye[:, None, :], (n * d, layer.heads[1], d)))
+    c = layer.run(pos, q, k)
+    if c.out is None:
+        return ""
+    # (a feature the engine does not mix in stays exactly 0: any other value is a link; the
+    # config's links are those it turns by more than rounding at some probed position)
+    mixed = np.zeros((d, d), dtype=bool)  # [j, i]: feature j reaches output feature i
+    for o in c.out:
+        mixed |= (np.abs(o) > 0).any(axis=1).reshape(n, d, d).any(axis=0)
+    tau = 16 * eps(layer.dtype) * max(1.0, layer.af)
+    truth = (np.abs(_truth(layer.rope, q[:, :1], c.pos)[:, 0]) > tau).reshape(n, d, d).any(axis=0)
+    np.fill_diagonal(mixed, False)
+    np.fill_diagonal(truth, False)
+    partner = _partners(cfg.layout, w, d)
+    j = np.arange(d)
+    own = np.zeros((d, d), dtype=bool)
+    own[j[partner >= 0], partner[partner >= 0]] = True
+    strange = mixed & ~own  # links the config does not make
+    still = truth & own & ~mixed  # pairs that visibly turn in the config, not in the engine
+    if not strange.any() and not still.any():
+        return ""
+    many = np.nonzero(mixed.sum(axis=1) > 1)[0]
+    if many.size:
+        f = int(many[0])
+        return (
+            f"the engine mixes feature {f} with features {', '.join(map(str, np.nonzero(mixed[f])[0]))}: "
+            "not a rotation of feature pairs"
+        )
+    rotated = np.nonzero(mixed.any(axis=1))[0]
+    if rotated.size == 0:
+        return f"the engine rotates no feature (the config rotates {w} of {d})"
+    theirs = np.where(mixed.any(axis=1), mixed.argmax(axis=1), -1)
+    lay, width = "", 0
+    gap = np.abs(theirs[rotated] - rotated)
+    if np.all(theirs[rotated] == (rotated ^ 1)):
+        lay, width = "interleaved", int(rotated.max()) + 1 + int(rotated.max() % 2 == 0)
+    elif np.all(gap == gap[0]) and np.all(np.minimum(rotated, theirs[rotated]) < gap[0]):
+        lay, width = "half", 2 * int(gap[0])
+    if lay and width == w and lay != cfg.layout:
+        words = f"the engine pairs features in the {lay!r} layout (the config's is {cfg.layout!r})"
+        fn = _at(_with(cfg, layer.rope, layout=lay), layer.af)
+        if all(float(layer.errors(x, fn=fn).max()) <= 1.0 for x in calls):
+            words += ", and its numbers match the config's RoPE in that layout"
+        return words
+    if lay and (width > w or (width < w and lay == "half")):
+        lays = f"the {lay!r} layout" + ("" if lay == cfg.layout else f" (the config's is {cfg.layout!r})")
+        turns = f"rotates {width} of the {d} features" if lay == "half" else f"turns features 0..{width - 1}"
+        words = f"the engine {turns} in {lays} where the config rotates {w}"
+        if width > w:
+            words += f": features {w}..{min(width, d) - 1} should pass through unchanged"
+        return words
+    if still.any() and not strange.any():
+        idle = np.nonzero(still.any(axis=1))[0]
+        return f"features {_ranges(idle)} do not turn (the config pairs them: {cfg.layout!r} layout over {w})"
+    f = int(np.nonzero(strange.any(axis=1))[0][0])
+    mine = int(partner[f])
+    says = f"pairs it with {mine}" if mine >= 0 else "passes it through"
+    return f"the engine pairs feature {f} with {int(theirs[f])} where the config {says}"
+
+
+def _ranges(idx: Sequence[int] | np.ndarray) -> str:
+    """``0..3, 7, 9..10``."""
+    out: list[list[int]] = []
+    for i in (int(x) for x in idx):
+        if out and out[-1][1] == i - 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return ", ".join(f"{a}..{b}" if a != b else f"{a}" for a, b in out)
+
+
+def _clamped(layer: _Layer, calls: list[_Call], first: int | None) -> tuple[str, int | None]:
+    """Positions past a table read its last row (clamped) or wrap around it: words and the table's size."""
+    if first is None or first <= 0:
+        return "", None
     marks = {first - 1, first}
     table = getattr(layer.eng, "max_position", None)
     if table:
         marks |= {int(table) - 1, int(table)}
+    truth = _at(layer.rope, layer.af)
     for cap in sorted(m for m in marks if m > 0):
 
         def clamp(x: np.ndarray, p: np.ndarray, cap: int = cap) -> np.ndarray:
-            return _truth(layer.rope, x, np.minimum(p, cap - 1))
+            return truth(x, np.minimum(p, cap - 1))
 
         def wrap(x: np.ndarray, p: np.ndarray, cap: int = cap) -> np.ndarray:
-            return _truth(layer.rope, x, p % cap)
+            return truth(x, p % cap)
 
         at = f"from position {cap} on the engine rotates by the angle of position"
         if all(float(layer.errors(c, fn=clamp).max()) <= 1.0 for c in calls):
-            return f"{at} {cap - 1}: positions clamped to a table of {cap} rows"
+            return f"{at} {cap - 1}: positions clamped to a table of {cap} rows", cap
         if all(float(layer.errors(c, fn=wrap).max()) <= 1.0 for c in calls):
-            return f"{at} p mod {cap}: positions wrap around a table of {cap} rows"
-    return ""
+            return f"{at} p mod {cap}: positions wrap around a table of {cap} rows", cap
+    return "", None
 
 
-def _frequency_words(layer: _Layer, calls: list[_Call], below: float = math.inf) -> str:
-    """Which frequencies the engine turns at, against the config's.  Per pair, its angle (the
-    median over q's heads) at increasing positions, unwrapped by the running estimate: the first
-    angle above 0.05 rad (reached in steps of at most 10x, so not yet wrapped) starts it, each
-    later one refines it while the estimate predicts the phase to within pi."""
+# -- frequencies --------------------------------------------------------------------------------
+def _ladder(top: int) -> np.ndarray:
+    """Positions ``1 .. 16``, then up by factors of 1.25 to ``top``: each angle predicted from the
+    ones before within far less than a turn, so every turn is counted."""
+    ps = list(range(1, min(top, 16) + 1))
+    p = 16.0
+    while p * 1.25 < top:
+        p *= 1.25
+        ps.append(int(p))
+    if top > 16:
+        ps.append(top)
+    return np.unique(np.asarray(ps, dtype=np.int64))
+
+
+def _pair_angles(
+    layer: _Layer, xs: Sequence[np.ndarray], outs: Sequence[np.ndarray], noise: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per position and pair, the angle the outputs are turned by from the inputs (over q's and
+    k's heads: the angle of ``sum out * conj(in)``), and how far rounding may move it: an output
+    error of ``noise`` times the data's scale per element (the rotation check's tolerance)."""
+    cfg = layer.cfg
+    z: Any = 0.0
+    wsum: Any = 0.0
+    asum: Any = 0.0
+    for x, o in zip(xs, outs, strict=True):
+        zx, zo = _pairs(x, cfg), _pairs(o, cfg)
+        z = z + (zo * np.conj(zx)).sum(axis=1)
+        wsum = wsum + (np.abs(zx) ** 2).sum(axis=1)
+        scale = np.maximum(1.0, np.abs(x).max(axis=(1, 2)))[:, None]
+        asum = asum + np.abs(zx).sum(axis=1) * scale
+    slack = np.where(np.abs(z) > 0.5 * noise * wsum, noise, math.pi)
+    return np.angle(z), slack
+
+
+def _turn_rate(
+    pos: np.ndarray, theta: np.ndarray, slack: np.ndarray, rel: float
+) -> tuple[float, float] | None:
+    """Every frequency ``w`` (``|w| <= pi``) whose angles ``w * p`` agree with the measured ones
+    ``theta`` (mod 2 pi) within ``slack + rel * |w p|`` at each position, as an interval ``(lo,
+    hi)``; ``None`` when none does.  Positions are taken in order while the turn count stays
+    unambiguous."""
+    lo, hi = -math.pi, math.pi
+    for p, a, t in zip(pos.tolist(), theta.tolist(), slack.tolist(), strict=True):
+        if not math.isfinite(a):
+            return None
+        t = t + rel * max(abs(lo), abs(hi)) * p
+        n0 = math.ceil((lo * p - t - a) / (2 * math.pi))
+        n1 = math.floor((hi * p + t - a) / (2 * math.pi))
+        if n1 < n0:
+            return None
+        if n1 > n0:
+            break
+        u = a + 2 * math.pi * n0
+        lo, hi = max(lo, (u - t) / p), min(hi, (u + t) / p)
+        if lo > hi:
+            return None
+    return lo, hi
+
+
+def _frequency_words(layer: _Layer, calls: list[_Call], below: float = math.inf) -> list[str]:
+    """Which frequencies the engine turns at, against the config's, each verified.
+
+    One call at positions ``1 .. top`` (:func:`_ladder`; below ``below``, a table's end), on data
+    exact in the dtype.  Per pair, every frequency consistent with the engine's angles at every
+    position (within the output's rounding and the angle kind's allowance) is an interval; over
+    the config's (from its own float64 rotation of the same call: per call for dynamic scalings),
+    that is an interval of factors.  A pair is listed with its factor when the interval excludes
+    1 and is narrower than 4% (the factor printed is in it); as unresolved when it excludes 1 but
+    the dtype's rounding leaves it wider; as turning at no single frequency when the interval is
+    empty even with the rotation check's allowance.
+    """
     cfg = layer.cfg
     if isinstance(layer.rope, MRoPE):
-        return ""
-    true = cfg.host_inv_freq() * 1.0
-    seen: dict[int, np.ndarray] = {}  # position -> the engine's angle of every pair there
-    for c in calls:
-        if c.out is None or c.pos.ndim != 1:
+        return []
+    top = max(int(_scalar_pos(c).max()) for c in calls)
+    top = int(min(top, below - 1))
+    if top < 2:
+        return []
+    c = layer.call(_ladder(top))
+    if c.out is None:
+        return []
+    xs = (c.q, c.k)
+    want = tuple(_truth(layer.rope, x, c.pos) for x in xs)
+    theta, slack = _pair_angles(layer, xs, c.out, layer.ulps * eps(layer.dtype) * max(1.0, layer.af))
+    theta_t, _ = _pair_angles(layer, xs, want, 0.0)
+    pos = c.pos.astype(np.float64)
+    found: list[tuple[int, float, float]] = []
+    unresolved: list[int] = []
+    lost: list[int] = []
+    for i in range(cfg.width // 2):
+        t = _turn_rate(pos, theta_t[:, i], np.full(pos.shape, 1e-9), 0.0)
+        if t is None or t[0] <= 0.0 <= t[1]:
+            continue  # (a frequency 0: proportional RoPE's idle pairs)
+        wt = 0.5 * (t[0] + t[1])
+        iv = _turn_rate(pos, theta[:, i], slack[:, i], float(layer.angle_rel[i]))
+        if iv is None:  # (beyond the angle kind's bound: the rotation check's own allowance)
+            iv = _turn_rate(pos, theta[:, i], slack[:, i] + layer.angle_coef * pos, 0.0)
+        if iv is None:
+            lost.append(i)
             continue
-        zx, zo = _pairs(c.q, cfg), _pairs(c.out[0], cfg)
-        ang = np.median(np.angle(zo / zx), axis=1)  # (tokens, pairs)
-        for t, p in enumerate(c.pos):
-            if 0 < p < below:
-                seen.setdefault(int(p), ang[t])
-    ratio = np.full(true.shape, np.nan)
-    for i, wi in enumerate(true):
-        if wi == 0:
+        lo, hi = sorted((iv[0] / wt, iv[1] / wt))
+        if lo <= 1.0 <= hi:
             continue
-        est = None
-        for p in sorted(seen):
-            a = float(seen[p][i])
-            if est is None:
-                if abs(a) > 0.05:
-                    est = a / p
-                continue
-            if abs(est) * p > 1e6:  # (the recipe's error takes over)
-                break
-            pred = est * p
-            est = (a + 2 * math.pi * round((pred - a) / (2 * math.pi))) / p
-        if est is not None:
-            ratio[i] = est / wi
-    good = np.isfinite(ratio)
-    # (an angle near 2 at position p carries the engine's recipe error, up to 2 angle_eps p: relative
-    # to the angle, 2 angle_eps / w, large for the slowest frequencies in float32)
-    slack = 1e-3 + 16 * eps(layer.dtype) + 4.0 * layer.angle_eps / np.maximum(np.abs(true), 1e-300)
-    off = good & (np.abs(ratio - 1.0) > slack)
-    if not off.any():
-        return ""
-    groups: list[tuple[int, int, float]] = []
-    for i in (int(j) for j in np.nonzero(off)[0]):
-        r = float(ratio[i])
-        if groups and groups[-1][1] == i - 1 and abs(groups[-1][2] - r) <= 0.02 * abs(r):
-            a, _, r0 = groups[-1]
-            groups[-1] = (a, int(i), r0)
+        mid = 0.5 * (lo + hi)
+        if hi - lo <= 0.04 * abs(mid):
+            found.append((i, lo, hi))
         else:
-            groups.append((int(i), int(i), r))
-    parts = [f"{a}..{b} x{_ratio(r)}" if a != b else f"{a} x{_ratio(r)}" for a, b, r in groups[:6]]
-    more = f" (+{len(groups) - 6} more groups)" if len(groups) > 6 else ""
-    return f"frequencies (pair index, x the config's) {', '.join(parts)}{more}"
+            unresolved.append(i)
+    words = []
+    if found:
+        groups: list[tuple[int, int, float, float]] = []
+        for i, lo, hi in found:
+            mid = 0.5 * (lo + hi)
+            first = 0.5 * (groups[-1][2] + groups[-1][3]) if groups else math.nan
+            if groups and groups[-1][1] == i - 1 and abs(first - mid) <= 0.02 * abs(first):
+                a, _, glo, ghi = groups[-1]
+                groups[-1] = (a, i, glo, ghi)
+            else:
+                groups.append((i, i, lo, hi))
+        parts = [
+            f"{a}..{b} x{_ratio(lo, hi)}" if a != b else f"{a} x{_ratio(lo, hi)}"
+            for a, b, lo, hi in groups[:6]
+        ]
+        more = f" (+{len(groups) - 6} more groups)" if len(groups) > 6 else ""
+        words.append(f"frequencies (pair index, x the config's) {', '.join(parts)}{more}")
+    if unresolved:
+        words.append(
+            f"pairs {_ranges(unresolved)} turn at another frequency, by a factor {layer.dtype} cannot "
+            f"resolve up to position {top}"
+        )
+    if lost:
+        words.append(f"pairs {_ranges(lost)} turn at no single frequency up to position {top}")
+    return words
 
 
-def _ratio(r: float) -> str:
-    """``1/8`` for an inverse integer factor, else three digits."""
-    if 0 < abs(r) < 0.75 and abs(1 / r - round(1 / r)) < 0.01 * abs(1 / r):
-        return f"1/{round(1 / r)}"
-    return f"{r:.3g}"
+def _ratio(lo: float, hi: float) -> str:
+    """A factor known to lie in ``[lo, hi]``: ``1/8`` or ``4`` when that is in it, else the
+    midpoint in as many digits as tell it from 1 (at least three)."""
+    mid = 0.5 * (lo + hi)
+    if 0 < abs(mid) < 0.75:
+        n = round(1 / mid)
+        if abs(n) >= 2 and lo <= 1 / n <= hi:
+            return f"1/{n}"
+    n = round(mid)
+    if n not in (0, 1) and lo <= n <= hi:
+        return f"{n}"
+    k = 3
+    while k < 9 and float(f"{mid:.{k}g}") == 1.0:
+        k += 1
+    return f"{mid:.{k}g}"
