@@ -21,6 +21,7 @@ import rotary
 from rotary.scaling import Factors, Frequencies, YaRN
 from rotary.testing import Unsupported
 from rotary.testing.engine import EngineError
+from rotary.testing.engine import round_to as to_dtype
 
 #: YaRN factor 16 without mscale keys: the attention factor 0.1 ln 16 + 1 = 1.2773.
 YARN16 = {
@@ -32,17 +33,6 @@ YARN16 = {
     "rope_theta": 1e6,
     "rope_scaling": {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 8192},
 }
-
-
-def to_dtype(x: Any, dtype: str) -> np.ndarray:
-    """``x`` rounded to ``dtype`` (to nearest even), as float32."""
-    x = np.asarray(x, dtype=np.float32)
-    if dtype == "bfloat16":
-        bits = x.view(np.uint32).astype(np.uint64)
-        return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
-    if dtype == "float16":
-        return x.astype(np.float16).astype(np.float32)
-    return x
 
 
 def _rotate_in(rope: Any, x: np.ndarray, pos: np.ndarray, dtype: str, factor: float) -> np.ndarray:

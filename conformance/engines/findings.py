@@ -212,6 +212,19 @@ FINDINGS: tuple[Finding, ...] = (
     ),
     Finding(
         "torchtitan",
+        "the Qwen3 8B flavor has no YaRN, and its table stops at 40960 positions",
+        "design choice",
+        ("yarn_original",),
+        "torchtitan reads no ``config.json``: a checkpoint runs with its registered flavor, and the "
+        "``qwen3`` ``8B`` flavor is plain RoPE with a 40960-position table.  Qwen3-8B's model card "
+        "serves 131072 tokens with YaRN (factor 4 over 32768): with the flavor as registered, pairs "
+        "24..63 turn up to 4x faster than YaRN's from position 1 on, cos and sin lack its attention "
+        "factor 1.1386, and positions from 40960 on raise.  A long-context run needs the flavor edited "
+        "(which then meets the shared attention's missing factor: the finding on ``yarn``).",
+        "torchtitan/repro_qwen3_flavor_no_yarn.py",
+    ),
+    Finding(
+        "torchtitan",
         "the Llama 3.2 1B/3B flavors keep factor 8",
         "engine bug",
         (),

@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from rotary.testing.engine import Unsupported
+from rotary.testing.engine import EngineError, Unsupported
 
 NAME = "mistral-inference"
 PYTHON = "3.11"
@@ -156,7 +156,10 @@ class MistralInferenceRope:
         positions = np.asarray(positions, dtype=np.int64)
         if positions.ndim != 1:
             raise Unsupported("mistral-inference has no M-RoPE: positions must be (tokens,)")
-        freqs = self.freqs_cis[torch.from_numpy(positions)]  # Transformer.forward_partial
+        try:
+            freqs = self.freqs_cis[torch.from_numpy(positions)]  # Transformer.forward_partial
+        except IndexError as e:  # (the engine's own indexing, reproduced here: its refusal)
+            raise EngineError from e
         with torch.no_grad():
             qo, ko = apply_rotary_emb(self._in(q), self._in(k), freqs_cis=freqs)
         return self._out(qo), self._out(ko)

@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 
 import rotary
+from rotary.testing.engine import round_to
 
 NAME = "rotary"
 PYTHON = "3.11"
-INSTALL = "pip install rotary  # (this checkout: pip install -e .)"
+INSTALL = 'pip install -e "$ROTARY" array-api-compat  # (released: pip install rotary)'
 
 __all__ = ["INSTALL", "NAME", "PYTHON", "build", "version"]
 
@@ -49,9 +50,13 @@ class _Rope:
         self.softmax_scale = float(self.model.attention.get("softmax_scale_multiplier", 1.0))
 
     def rotate(self, q: np.ndarray, k: np.ndarray, positions: np.ndarray) -> tuple[Any, Any]:
+        """NumPy has no bfloat16: there rotary computes in float32 and the result is rounded to
+        bfloat16, as a kernel loading and storing bfloat16 does."""
         p = positions[..., None]
-        dt = {"float32": np.float32, "float16": np.float16}.get(self.dtype, np.float32)
-        return self.rope.apply(q.astype(dt), k.astype(dt), p)
+        if self.dtype != "bfloat16":
+            dt = np.float16 if self.dtype == "float16" else np.float32
+            return self.rope.apply(q.astype(dt), k.astype(dt), p)
+        return tuple(round_to(x, "bfloat16") for x in self.rope.apply(q, k, p))
 
     def query_scale(self, positions: np.ndarray) -> Any:
         return self.model.query_scale(self.index, positions) if self.model.layers else None

@@ -71,6 +71,7 @@ __all__ = [
     "adapter_files",
     "angle_error",
     "raised_by_adapter",
+    "round_to",
 ]
 
 #: How an engine forms its angles (``EngineRope.angles``).
@@ -144,6 +145,27 @@ def angle_error(kind: str, inv_freq: np.ndarray, dtype: str) -> tuple[np.ndarray
         rel = 2 * (1.5 * i + 2) * 2.0**-23
         return rel, max(2 * 2.0**-23, float(np.max(rel * w, initial=0.0)))
     raise ValueError(f"EngineRope.angles must be one of {sorted(ANGLE_KINDS)}; got {kind!r}")
+
+
+def round_to(x: Any, dtype: str) -> np.ndarray:
+    """``x`` rounded to ``dtype`` (to nearest, ties to even), as a float32 array: bfloat16 without
+    ``ml_dtypes`` (what a kernel storing that dtype returns; the checker's data are exact in it).
+
+    Examples
+    --------
+    >>> from rotary.testing.engine import round_to
+    >>> round_to([1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8], "bfloat16").tolist()
+    [1.0, 1.015625]
+    """
+    a = np.asarray(x, dtype=np.float32)
+    if dtype == "bfloat16":
+        bits = a.view(np.uint32).astype(np.uint64)
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+    if dtype == "float16":
+        return a.astype(np.float16).astype(np.float32)
+    if dtype in ("float32", "float64"):
+        return a
+    raise ValueError(f"dtype must be 'float32', 'bfloat16' or 'float16'; got {dtype!r}")
 
 
 class Unsupported(Exception):

@@ -99,7 +99,7 @@ from .._rope import RoPE
 from ..multiaxis import MRoPE
 from ..scaling import Default, DynamicNTK, Factors, Frequencies, Llama3, LongRoPE, YaRN
 from .asserts import eps
-from .engine import EngineError, Unsupported, adapter_files, angle_error, raised_by_adapter
+from .engine import EngineError, Unsupported, adapter_files, angle_error, raised_by_adapter, round_to
 
 __all__ = ["MODEL_CHECKS", "ModelCheck", "ModelRopeReport", "check_model_rope", "load_config", "make_adapter"]
 
@@ -133,7 +133,9 @@ class ModelCheck:
         return self.status in ("pass", "not supported")
 
     def to_dict(self) -> dict[str, Any]:
-        err = self.error if math.isfinite(self.error) else None
+        """The JSON of the field report (the error to three digits: what reproduces across
+        machines)."""
+        err = float(f"{self.error:.3g}") if math.isfinite(self.error) else None
         return {**dataclasses.asdict(self), "error": err}
 
 
@@ -359,12 +361,7 @@ def _rows(pos: np.ndarray, n_rows: int) -> np.ndarray:
 
 def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
     """Normal data exactly representable in ``dtype`` (float32 arrays crossing the protocol)."""
-    x = rng.standard_normal(shape)
-    if dtype == "bfloat16":
-        bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)  # to nearest even
-        return rounded.view(np.float32)
-    return x.astype(np.float16 if dtype == "float16" else np.float32).astype(np.float32)
+    return round_to(rng.standard_normal(shape), dtype)
 
 
 # -- the checks ---------------------------------------------------------------------------------
