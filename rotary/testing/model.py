@@ -230,15 +230,15 @@ def load_config(config: Any) -> tuple[dict[str, Any], str]:
     if os.path.exists(text):
         d = _as_dict(text)
         return d, os.path.basename(os.path.normpath(text))
+    # (both optional, imported by name: rotary type-checks with its core dependencies alone)
     try:
-        from conformance.engines.cases import CASES  # the field report's matrix (shipped beside rotary)
-
-        if text in CASES:
-            return dict(CASES[text].config), text
+        cases = importlib.import_module("conformance.engines.cases").CASES  # shipped beside rotary
+        if text in cases:
+            return dict(cases[text].config), text
     except ImportError:
         pass
     try:
-        from transformers import CONFIG_MAPPING
+        CONFIG_MAPPING = importlib.import_module("transformers").CONFIG_MAPPING
     except ImportError:
         raise ValueError(
             f"config {config!r} is not a path, JSON or a case of the field report; a model type needs "
