@@ -40,7 +40,7 @@ _GROUP = re.compile(r"(\d+)(?:\.\.(\d+))? x(-?[\d.e+-]+(?:/-?\d+)?)")
 
 def listed_factors(message: str) -> dict[int, float]:
     """Pair index -> factor, from the message's ``frequencies (pair index, x the config's) ...``."""
-    m = re.search(r"frequencies \(pair index, x the config's\) ([^;]*)", message)
+    m = re.search(r"frequencies \(pair index, x the config's[^)]*\) ([^;]*)", message)
     if not m:
         return {}
     out = {}

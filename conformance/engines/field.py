@@ -1,9 +1,9 @@
 """The field report: every engine adapter over the case matrix, each in its own interpreter.
 
 ``python -m conformance.engines [--venvs DIR] [--engines a,b] [--cases c,d] [--update-report]``
-runs each engine of :data:`ENGINES` whose adapter imports (in ``DIR/<engine>/venv/bin/python``
-where that exists, else in this interpreter) over every case of :mod:`conformance.engines.cases`
-in float32 and bfloat16 (or the adapter's own ``DTYPES``) with
+runs rotary itself and each engine of :data:`ENGINES` whose adapter imports (in
+``DIR/<engine>/venv/bin/python`` where that exists, else in this interpreter) over every case of
+:mod:`conformance.engines.cases` in float32 and bfloat16 (or the adapter's own ``DTYPES``) with
 :func:`rotary.testing.check_model_rope`, and writes
 
 * the JSON of every result, and
@@ -40,11 +40,10 @@ from typing import Any
 
 from .cases import CASES
 
-__all__ = ["DTYPES", "ENGINES", "main", "merge", "render", "run_engine", "verdict"]
+__all__ = ["DTYPES", "ENGINES", "ROWS", "main", "merge", "render", "run_engine", "verdict"]
 
 #: The adapters (modules of this package), in report order.
 ENGINES = (
-    "rotary_self",
     "vllm",
     "megatron",
     "transformer_engine",
@@ -58,6 +57,8 @@ ENGINES = (
     "keras_hub",
     "mlx_lm",
 )
+#: The report's rows: rotary itself (the reference, checked like any engine), then the engines.
+ROWS = ("rotary_self", *ENGINES)
 DTYPES = ("float32", "bfloat16")
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -111,7 +112,7 @@ def run_engine(name: str, cases: list[str], dtypes: tuple[str, ...] | None = Non
 def merge(report: dict[str, Any], rows: list[dict[str, Any]], cases: list[str]) -> dict[str, Any]:
     """``report`` with ``rows`` (of ``cases``) in place of its own: an engine's cases rerun replace
     those cases of its row (the rest of the row kept while its version is the same), every other
-    engine's row is kept; engines and cases in :data:`ENGINES` and matrix order."""
+    engine's row is kept; rows and cases in :data:`ROWS` and matrix order."""
     import rotary
 
     old = {e["module"]: e for e in report.get("engines", [])}
@@ -136,7 +137,7 @@ def merge(report: dict[str, Any], rows: list[dict[str, Any]], cases: list[str]) 
         "dtypes": list(DTYPES),
         "machine": report.get("machine", f"{platform.system()} {platform.machine()}, no GPU"),
         "cases": {c: known[c] for c in CASES if c in known},
-        "engines": [old[m] for m in ENGINES if m in old],
+        "engines": [old[m] for m in ROWS if m in old],
     }
 
 
@@ -192,8 +193,10 @@ def render(report: dict[str, Any]) -> str:
     tally = [verdict(c) for e in engines for c in e["cases"].values()]
     n_pass, n_fail, n_ns = tally.count("pass"), tally.count("fail"), tally.count("n/s")
     errors = f", {tally.count('adapter error')} adapter errors" if "adapter error" in tally else ""
+    n_engines = sum(1 for e in engines if e["module"] != "rotary_self")
     lines += [
-        f"{len(engines)} engines certified, {len(cases)} cases: {n_pass} pass, {n_fail} fail, "
+        f"{n_engines} engines certified (and rotary itself, the first row), {len(cases)} cases: "
+        f"{n_pass} pass, {n_fail} fail, "
         f"{n_ns} not supported{errors}; {len(FINDINGS)} findings.",
         "",
         "The cases",
@@ -327,7 +330,7 @@ def _escape(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m conformance.engines", description=__doc__.split("\n\n")[0])
     ap.add_argument("--venvs", default=os.environ.get("ROTARY_ENGINE_VENVS"), help="folder of <engine>/venv")
-    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--engines", default=",".join(ROWS))
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--out", default=str(SCRATCH), help="the scratch folder written without --update-report")
     ap.add_argument(
@@ -347,9 +350,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_engine(args.worker, cases)), flush=True)
         return 0
     engines = [e for e in args.engines.split(",") if e]
-    bad = [e for e in engines if e not in ENGINES]
+    bad = [e for e in engines if e not in ROWS]
     if bad:
-        ap.error(f"unknown engines {bad}; engines: {', '.join(ENGINES)}")
+        ap.error(f"unknown engines {bad}; engines: {', '.join(ROWS)}")
     report = json.loads(JSON_PATH.read_text()) if JSON_PATH.exists() else {}
     if not args.render:
         rows = []

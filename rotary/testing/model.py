@@ -1023,7 +1023,8 @@ def _pairing_words(layer: _Layer, calls: list[_Call]) -> str:
     for o in c.out:
         mixed |= (np.abs(o) > 0).any(axis=1).reshape(n, d, d).any(axis=0)
     tau = 16 * eps(layer.dtype) * max(1.0, layer.af)
-    truth = (np.abs(_truth(layer.rope, q[:, :1], c.pos)[:, 0]) > tau).reshape(n, d, d).any(axis=0)
+    seen = np.abs(_truth(layer.rope, q[:, :1], c.pos)[:, 0]) > tau
+    truth = np.asarray(seen.reshape(n, d, d).any(axis=0), dtype=bool)
     np.fill_diagonal(mixed, False)
     np.fill_diagonal(truth, False)
     partner = _partners(cfg.layout, w, d)
@@ -1233,7 +1234,10 @@ def _frequency_words(layer: _Layer, calls: list[_Call], below: float = math.inf)
             for a, b, lo, hi in groups[:6]
         ]
         more = f" (+{len(groups) - 6} more groups)" if len(groups) > 6 else ""
-        words.append(f"frequencies (pair index, x the config's) {', '.join(parts)}{more}")
+        per_call = (
+            f" in a call up to position {top}" if isinstance(cfg.scaling, (DynamicNTK, LongRoPE)) else ""
+        )
+        words.append(f"frequencies (pair index, x the config's{per_call}) {', '.join(parts)}{more}")
     if unresolved:
         words.append(
             f"pairs {_ranges(unresolved)} turn at another frequency, by a factor {layer.dtype} cannot "

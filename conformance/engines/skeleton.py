@@ -1,0 +1,139 @@
+"""A skeleton adapter: copy it to ``conformance/engines/<your_engine>.py`` (or anywhere
+importable) and replace each block marked ``ENGINE:`` with your engine's own code.
+
+As committed, its "engine" is a stand-in built from ``rotary`` that works the way llama.cpp and
+Meta's code do: its converter reorders the q/k features of a half-layout checkpoint so that the
+engine rotates adjacent pairs.  It passes on every case it can express
+(``tests/test_skeleton_adapter.py``)::
+
+    python -m conformance --against conformance.engines.skeleton --config yarn
+
+The protocol (:mod:`rotary.testing.engine`) in five rules:
+
+1. ``build(config, *, layer_type, dtype)`` reads the Hugging Face config **as your engine reads
+   it** (its own config code, defaults and tables), for one layer type (``None``: the model's
+   only RoPE) and one dtype.  What it cannot express raises :class:`Unsupported` with the reason.
+2. ``q``/``k`` arrive in the **Hugging Face checkpoint's feature order**.  If your engine's
+   converter permutes the q/k weights (llama.cpp's ``convert_hf_to_gguf.py``, Meta's), apply that
+   permutation before your engine and its inverse after (:func:`_converter_order`).
+3. A dtype your engine has no RoPE in is **not supported**: raise :class:`Unsupported`; never
+   compute in another dtype on its behalf.
+4. Declare how your engine forms its angles (``angles``: one of
+   :data:`rotary.testing.engine.ANGLE_KINDS`), any factor it puts on the logits outside the
+   rotation (``softmax_scale``), the size of its position table (``max_position``) and its query
+   temperature (``query_scale``).
+5. An exception in this module's own code is reported as an *adapter error* (a bug to fix here);
+   one raised in your engine's code is your engine's.  Where this module reproduces a step of the
+   engine (indexing the engine's table as its forward does), raise :class:`EngineError` from the
+   error it meets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+import rotary
+from rotary.testing.engine import EngineError, Unsupported, round_to
+
+NAME = "skeleton"  # ENGINE: your engine's name
+PYTHON = "3.11"
+#: ENGINE: the exact install recipe on a CPU machine, in its own venv ($ENGINES/<module>/venv).
+INSTALL = (
+    "python3.11 -m venv $ENGINES/skeleton/venv && . $ENGINES/skeleton/venv/bin/activate\n"
+    'pip install numpy\npip install --no-deps -e "$ROTARY" array-api-compat'
+)
+#: The dtypes its report rows cover (a dtype your engine lacks is still asked for: refuse it).
+DTYPES = ("float32", "bfloat16", "float16")
+
+__all__ = ["DTYPES", "INSTALL", "NAME", "PYTHON", "build", "version"]
+
+
+def version() -> str:
+    """ENGINE: your engine's version, raising ``ImportError`` with the recipe when it is missing::
+
+    try:
+        import my_engine
+    except ImportError as e:
+        raise ImportError(f"my-engine is not installed; install it with:\\n{INSTALL}") from e
+    return my_engine.__version__
+    """
+    return rotary.__version__
+
+
+def _converter_order(layout: str, width: int, head_dim: int) -> np.ndarray:
+    """Where each of the engine's q/k features comes from in the Hugging Face checkpoint.
+
+    ENGINE: the permutation your converter applies to the rows of ``q_proj``/``k_proj`` (per
+    head), or the identity.  llama.cpp (``LlamaModel.permute``) and Meta's converters interleave
+    the halves of a half-layout head, ``[0, w/2, 1, w/2 + 1, ...]``, so that the engine's
+    adjacent pairs ``(0, 1), (2, 3)...`` are Hugging Face's ``(0, w/2), (1, w/2 + 1)...``.
+    """
+    order = np.arange(head_dim)
+    if layout == "half":
+        h = width // 2
+        order[:width] = np.stack([np.arange(h), np.arange(h) + h], axis=-1).reshape(-1)
+    return order
+
+
+class SkeletonRope:
+    """The engine's RoPE for one config, layer type and dtype, as the checker calls it."""
+
+    angles = "float32"  # ENGINE: "float32" (pos * inv_freq in float32), "float32_recurrence" (ggml)...
+    max_position = None  # ENGINE: the rows of the engine's cos/sin table, if it keeps one
+
+    def __init__(self, model: Any, index: int, rope: Any, order: np.ndarray, dtype: str) -> None:
+        self.model, self.index, self.rope, self.dtype = model, index, rope, dtype
+        self.order = order
+        self.back = np.argsort(order)
+        # ENGINE: the factor on the logits outside the rotation, relative to 1/sqrt(head_dim)
+        # (MLA with YaRN: mscale(factor, mscale_all_dim)**2)
+        self.softmax_scale = float(model.attention.get("softmax_scale_multiplier", 1.0))
+
+    def rotate(self, q: np.ndarray, k: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``q`` ``(tokens, heads, head_dim)``, ``k`` ``(tokens, kv_heads, head_dim)`` (float32
+        values exact in the dtype, in the checkpoint's feature order) rotated at ``positions``
+        ``(tokens,)``; returns them in the same order."""
+        if positions.ndim != 1:
+            raise Unsupported("the skeleton's engine has no M-RoPE (positions of several rows)")
+        # into the engine's order and dtype
+        qe, ke = q[..., self.order], k[..., self.order]
+        try:
+            # ENGINE: your engine's call, on its own tensors in self.dtype
+            qo, ko = self.rope.apply(qe, ke, positions[:, None])
+        except IndexError as e:  # (only where this module reproduces the engine's own step)
+            raise EngineError from e
+        # back to the checkpoint's order, as the dtype's values (NumPy has no bfloat16)
+        return round_to(np.asarray(qo)[..., self.back], self.dtype), round_to(
+            np.asarray(ko)[..., self.back], self.dtype
+        )
+
+    def query_scale(self, positions: np.ndarray) -> Any:
+        """ENGINE: the factor the engine multiplies queries by after RoPE (Llama 4 / Ministral 3
+        attention temperature), ``None`` where it applies none."""
+        return self.model.query_scale(self.index, positions) if self.model.layers else None
+
+
+def build(config: Mapping[str, Any], *, layer_type: str | None, dtype: str) -> SkeletonRope:
+    """The engine's RoPE for ``config`` (a Hugging Face config dict), ``layer_type`` and ``dtype``."""
+    if dtype not in DTYPES:
+        raise Unsupported(f"the skeleton's engine has no {dtype} RoPE")
+    # ENGINE: read the config as your engine does.  The stand-in reads it with rotary.hf.
+    model = rotary.hf.model_rope(config, angles="float32")
+    types = model.layer_types
+    found = [
+        (i, r)
+        for i, r in enumerate(model.layers)
+        if r is not None and (layer_type is None or (types is not None and types[i] == layer_type))
+    ]
+    index, rope = found[0] if found else (0, None)
+    if not isinstance(rope, rotary.RoPE):
+        raise Unsupported("the skeleton's engine has one plain RoPE per layer type (no M-RoPE)")
+    cfg = rope.config
+    order = _converter_order(cfg.layout, cfg.width, cfg.head_dim)
+    # the stand-in engine rotates adjacent pairs of the converter's order, as llama.cpp's NORM mode
+    engine_rope = rotary.RoPE.from_config(dataclasses.replace(cfg, layout="interleaved"))
+    return SkeletonRope(model, index, engine_rope, order, dtype)
