@@ -22,6 +22,8 @@ Qwen2-VL / Qwen2.5-VL / Qwen3-VL and HunYuan-v4-VL, and the position-dependent q
 :func:`hf_rope_parameters`  the standardised RoPE parameters (a flat dict)
 :func:`vision_rope`         a vision tower's 2-D RoPE (:mod:`rotary.vision`): Llama 4 vision,
                             DINOv3, Pixtral, MLCD (``axial``), Qwen2-VL's vision encoder
+:func:`patch`               rotary's RoPE inside a loaded ``transformers`` model (exact angles,
+                            or transformers' own bit for bit); :func:`unpatch`, :func:`patched`
 ==========================  ==========================================================
 
 Families and the keys read besides ``rope_parameters`` / ``rope_scaling`` / ``rope_theta`` /
@@ -76,30 +78,38 @@ An unknown ``model_type`` is read as a Llama-style config (:attr:`ModelRope.note
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import types
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from . import positions
+from . import _hf_patch, positions
+from ._hf_patch import PatchedModule, PatchReport
 from ._hfconfig import LayerSpec, _as_dict, hf_rope_parameters, model_spec, mrope_index_options, mrope_spec
 from ._lib import _validation as v
 from ._lib._compat import array_namespace, is_array
 from ._lib._typing import AngleMethod, Array
-from ._rope import RoPE
+from ._rope import RoPE, Rotary
 from .multiaxis import MRoPE
 from .vision import VisionRoPE, dinov3, llama4, mlcd, pixtral, qwen2_vl
 
 __all__ = [
     "ModelRope",
+    "PatchReport",
+    "PatchedModule",
     "from_hf",
     "hf_rope_parameters",
     "model_rope",
     "mrope_from_hf",
     "mrope_index",
+    "patch",
+    "patched",
     "rope_for_layer",
+    "unpatch",
     "vision_rope",
 ]
 
@@ -442,3 +452,164 @@ def vision_rope(config: Any, *, angles: AngleMethod = "exact") -> VisionRoPE:
         f"vision_rope reads llama4_vision_model, dinov3_vit, pixtral, mlcd and qwen2_vl vision configs, "
         f"got model_type {kind!r}"
     )
+
+
+# -- patching a loaded transformers model ---------------------------------------------------------
+def patch(model: Any, *, angles: AngleMethod = "exact", strict: bool = True) -> Any:
+    """Put rotary's RoPE into a loaded ``transformers`` model, in place; returns the model.
+
+    Every rotary embedding module of the model (a module whose class is named for one, such as
+    ``LlamaRotaryEmbedding``, or that holds an ``inv_freq`` and takes ``position_ids``) gets a
+    ``forward`` that returns rotary's cos/sin, in the module's own layout and dtype, of the RoPE
+    rotary reads from the module's config (:func:`model_rope`: per layer type, partial widths,
+    M-RoPE position rows, attention factors).  Nothing else changes: the attention applies them
+    as before, the weights and the config are untouched (``save_pretrained`` writes the same
+    files), and :func:`unpatch` restores the original.
+
+    Before replacing anything, each module is called on probe positions and must return exactly
+    rotary's ``angles="float32"`` cos/sin; a module that does not (or that rotary cannot read, or
+    whose forward is not ``(x, position_ids[, layer_type])``) is refused: a ``ValueError`` names
+    each such module, its class, its model type and the reason, and the model is left as it was.
+    ``model.rotary_patch`` (a :class:`PatchReport`) lists what was replaced.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A loaded model (any torch module with ``named_modules()``).
+    angles : {"exact", "float32"}
+        ``"exact"``: angles within 2e-7 rad of the truth at every position up to 2**36 (the
+        model's own float32 recipe is off by 0.06 rad at 2**20 and 1 rad at 2**24), so the
+        logits stay at the network's own float32 rounding at every position (the bound of
+        :doc:`/guides/numerics`); cos/sin in float64 for a float64 model.  ``"float32"``:
+        transformers' own recipe, bit for bit the unpatched model's outputs (within
+        ``torch.polar``'s rounding, one ulp of cos/sin, for the complex-frequency DeepSeek-V2
+        and Llama 4).
+    strict : bool
+        ``False``: leave the modules rotary cannot serve as they are, listed with their reason in
+        ``model.rotary_patch.kept`` (vision towers whose RoPE rotary does not read, for example).
+
+    Returns
+    -------
+    model
+        The same model, patched.
+
+    See Also
+    --------
+    patched : patch for a ``with`` block.
+
+    Examples
+    --------
+    >>> import torch, transformers, rotary
+    >>> cfg = transformers.LlamaConfig(hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
+    ...                                intermediate_size=64, vocab_size=128)
+    >>> model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    >>> ids, pos = torch.tensor([[1, 2, 3]]), torch.tensor([[0, 1, 2]]) + 2**24
+    >>> before = model(ids, position_ids=pos).logits
+    >>> print(rotary.hf.patch(model, angles="float32").rotary_patch)
+    rotary patch, angles='float32': 1 module(s) replaced
+      model.rotary_emb (LlamaRotaryEmbedding, llama): -: RoPE(16, base=10000, layout='half', angles='float32')
+    >>> torch.equal(model(ids, position_ids=pos).logits, before)   # transformers' own numbers
+    True
+    >>> rotary.hf.unpatch(model) is model
+    True
+    """
+    if angles not in ("exact", "float32"):
+        raise ValueError(f"angles must be 'exact' or 'float32', got {angles!r}")
+    strict = v.check_bool(strict, "strict")
+    plans = _hf_patch.plan(model, angles, _patch_ropes)
+    if not plans:
+        raise ValueError(
+            f"{type(model).__name__} has no rotary embedding module (a module named for rotary/RoPE "
+            "or holding an inv_freq): nothing to patch"
+        )
+    refused = [p for p in plans if p.entry is None]
+    if refused and (strict or len(refused) == len(plans)):
+        raise ValueError(_hf_patch.refusal(model, refused))
+    served = [p for p in plans if p.entry is not None]
+    _hf_patch.install(served, angles)
+    model.rotary_patch = _hf_patch.PatchReport(
+        angles,
+        tuple(p.entry for p in served if p.entry is not None),
+        tuple((p.path, p.reason) for p in refused),
+    )
+    return model
+
+
+def unpatch(model: Any) -> Any:
+    """Restore the rotary embedding modules :func:`patch` replaced; returns the model.
+
+    The model then computes exactly what it computed before :func:`patch` (bit for bit).
+
+    Examples
+    --------
+    >>> import transformers, rotary
+    >>> cfg = transformers.Qwen2Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+    ...                                num_hidden_layers=1, intermediate_size=64, vocab_size=128)
+    >>> model = rotary.hf.patch(transformers.AutoModelForCausalLM.from_config(cfg))
+    >>> rotary.hf.unpatch(model) is model, hasattr(model, "rotary_patch")
+    (True, False)
+    """
+    if not callable(getattr(model, "named_modules", None)):
+        raise TypeError(f"model must be a transformers (torch) model, got {type(model).__name__}")
+    if _hf_patch.uninstall(model) == 0:
+        raise ValueError(f"{type(model).__name__} is not patched by rotary.hf.patch")
+    if "rotary_patch" in vars(model):
+        del model.rotary_patch
+    return model
+
+
+@contextlib.contextmanager
+def patched(model: Any, *, angles: AngleMethod = "exact", strict: bool = True) -> Iterator[PatchReport]:
+    """:func:`patch` for a ``with`` block (restored on exit, errors included); yields the
+    :class:`PatchReport`.
+
+    Examples
+    --------
+    >>> import torch, transformers, rotary
+    >>> cfg = transformers.Qwen2Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+    ...                                num_hidden_layers=1, intermediate_size=64, vocab_size=128)
+    >>> model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    >>> ids, far = torch.tensor([[5, 6, 7]]), torch.tensor([[0, 1, 2]]) + 2**24
+    >>> with rotary.hf.patched(model) as report:        # exact angles at 16M positions
+    ...     exact = model(ids, position_ids=far).logits
+    >>> [m.path for m in report.modules], hasattr(model, "rotary_patch")
+    (['model.rotary_emb'], False)
+    """
+    patch(model, angles=angles, strict=strict)
+    try:
+        yield model.rotary_patch
+    finally:
+        unpatch(model)
+
+
+def _patch_ropes(config: Any, keys: tuple[str | None, ...], angles: AngleMethod) -> dict[str | None, Rotary]:
+    """Rotary's RoPE per ``layer_type`` a rotary embedding module is called with (``None``:
+    without one), read from the module's config as :func:`model_rope` reads it (a vision tower's
+    ``rope_type="axial"`` config as :func:`vision_rope` reads it)."""
+    params = _as_dict(config).get("rope_parameters")
+    if isinstance(params, Mapping) and params.get("rope_type") == "axial":
+        tower = vision_rope(config, angles=angles).rope
+        return dict.fromkeys(keys, tower)
+    with warnings.catch_warnings():
+        # (a model type rotary does not know is read Llama-style, with a warning to check the
+        # pairing: patch compares the module's own cos/sin instead, layout included)
+        warnings.filterwarnings("ignore", message="model_type .* is not one rotary.hf knows")
+        m = model_rope(config, angles=angles)
+    layers = [r for r in m.layers if r is not None]
+    mrope = any(isinstance(r, MRoPE) for r in layers)
+    out: dict[str | None, Rotary] = {}
+    for key in keys:
+        if key is None:
+            found = set(layers) or {from_hf(config, angles=angles)}
+            if len(found) != 1:
+                ropes = sorted(map(repr, found))
+                raise ValueError(f"its layers have {len(found)} RoPEs but it takes no layer_type: {ropes}")
+            out[key] = found.pop()
+        elif m.layer_types and key in m.layer_types:
+            rope = m.layers[m.layer_types.index(key)]
+            if rope is None:
+                raise ValueError(f"rotary reads no RoPE for layer type {key!r}, the module computes one")
+            out[key] = rope
+        else:  # a RoPE label rather than a layer type (DeepSeek-V4's "main" / "compress")
+            out[key] = (mrope_from_hf if mrope else from_hf)(config, angles=angles, layer_type=key)
+    return out

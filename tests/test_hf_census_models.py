@@ -1,15 +1,15 @@
 """Tiny random models of every family the census newly supports (issue 24) give the same outputs
-when their rotary embeddings are replaced by ``rotary``'s (``rotary.hf.model_rope(config,
-angles="float32")`` per layer type, or ``from_hf`` of each module's own config): bit for bit.  The
-census compares each RoPE module and ``apply_rotary_pos_emb``; this runs the models themselves, so
-the layer types, NoPE layers, MLA slices, M-RoPE position rows (2 or 3, different at image
-positions) and partial widths reach every attention as ``rotary`` says.
+with ``rotary.hf.patch(model, angles="float32")``: bit for bit, prefill and ``generate``.  The
+census compares each RoPE module and ``apply_rotary_pos_emb``; this runs the models themselves
+with rotary's cos/sin in every rotary embedding module, so the layer types, NoPE layers, MLA
+slices, M-RoPE position rows (2 or 3, different at image positions) and partial widths reach
+every attention as ``rotary`` reads them.
 
 Not bit for bit, with the reason: DeepSeek-V2 and Llama 4 take ``torch.polar(1, angles)``, whose
 cos/sin round differently from ``torch.cos``/``torch.sin`` (the census's "close"); their outputs
-agree within 8 float32 ulps of the largest logit (measured: 0.8 and 2.0).  HunYuan-VL is compared
-at text positions (its XD-RoPE is not a rotation at image positions: the census's "text only").
-The families ``rotary`` supported before the census are swapped in ``test_hf_families.py``.
+agree within 8 float32 ulps of the largest logit (measured: 0.8 and 2.0).  HunYuan-VL is refused
+(its XD-RoPE is not a rotation at image positions: the census's "text only").  The families
+``rotary`` supported before the census are patched in ``test_hf_families.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import hf_census as C  # noqa: E402
+from test_hf_families import generate  # noqa: E402
 
 import rotary  # noqa: E402
 
@@ -212,80 +213,11 @@ def _model(mod, cfg):
     return classes[0](cfg)
 
 
-def _format(module, rope, lt):
-    """How the module returns cos/sin: ``("cat" | "interleave" | "pairs" | "complex", sin first)``."""
-    pos = torch.arange(8)[None] * 37
-    kw = {"layer_type": lt} if lt is not None else {}
-    first = module(torch.zeros(1), pos, **kw)
-    if torch.is_tensor(first) and first.is_complex():  # DeepSeek-V2, Llama 4: torch.polar(1, angles)
-        return "complex", False
-    first = first[0]
-    c, s = _cos_sin(rope, pos, torch.float32)
-    for fmt in ("cat", "interleave", "pairs"):
-        if torch.equal(_as(fmt, c), first):
-            return fmt, False
-        if torch.equal(_as(fmt, s), first):  # GPT-J / CodeGen return (sin, cos)
-            return fmt, True
-    pytest.fail(f"rotary's cos is not the module's in any format (layer type {lt})")
-
-
-def _cos_sin(rope, position_ids, dtype):
-    if isinstance(rope, rotary.MRoPE) and position_ids.ndim == 2:
-        position_ids = position_ids[None]
-    if not isinstance(rope, rotary.MRoPE) and position_ids.ndim == 3:  # HunYuan-VL's text positions
-        assert bool((position_ids == position_ids[:1]).all()), "a plain RoPE given different rows"
-        position_ids = position_ids[0]
-    return rope.cos_sin(position_ids, dtype=dtype)
-
-
-def _as(fmt, c):
-    if fmt == "cat":
-        return torch.cat([c, c], dim=-1)
-    if fmt == "interleave":
-        return c.repeat_interleave(2, dim=-1)
-    return c
-
-
-def _ropes(cfg, types):
-    """layer type (or None) -> rotary's RoPE of the layers of that type."""
-    try:
-        m = rotary.hf.model_rope(cfg, angles="float32")
-    except ValueError as e:
-        if "not a rotation" not in str(e):
-            raise
-        return {None: rotary.hf.from_hf(cfg, angles="float32")}  # HunYuan-VL: text positions
-    out = {}
-    for t, r in zip(m.layer_types or [None] * len(m.layers), m.layers, strict=True):
-        if r is not None and t not in C.ROPE_KEYS.get(cfg.model_type, {}):
-            out.setdefault(t if types else None, r)
-    return out
-
-
-def _swap(module, cfg, name, calls):
-    """Replace ``module``'s forward by rotary's cos/sin of ``cfg`` (its own config)."""
-    per_type = "layer_type" in inspect.signature(type(module).forward).parameters
-    ropes = _ropes(cfg, per_type)
-    for key in set(C.ROPE_KEYS.get(name, {}).values()):  # every RoPE the model computes
-        ropes[key] = rotary.hf.from_hf(cfg, angles="float32", layer_type=key)
-    assert ropes, f"no layer of the tiny {name} applies RoPE"
-    fmts = {lt: _format(module, r, lt) for lt, r in ropes.items()}
-
-    def forward(x, position_ids, layer_type=None):
-        calls.append(layer_type)
-        rope = ropes[layer_type]
-        c, s = _cos_sin(rope, position_ids, torch.float32)
-        if isinstance(getattr(rope, "scaling", None), rotary.scaling.Backwards):
-            s = -s  # NanoChat: sin(theta) with a rotate_half of flipped signs
-        fmt, sin_first = fmts[layer_type]
-        if fmt == "complex":
-            return torch.complex(c, s)
-        out = _as(fmt, c).to(x.dtype), _as(fmt, s).to(x.dtype)
-        return out[::-1] if sin_first else out
-
-    module.forward = forward
-    return ropes
-
-
+#: Families ``rotary.hf.patch`` refuses, with the reason it gives.
+REFUSED = {"hunyuan_vl": "HunYuanVLRotaryEmbedding, model type 'hunyuan_vl_text'.*not a rotation"}
+#: Families whose tiny model transformers' ``generate`` does not run (patched or not): BLT's cache
+#: reads ``config.num_hidden_layers``, which ``BltConfig`` does not have.
+NO_GENERATE = {"blt"}
 #: Speech-to-text families: audio in, the decoder's tokens.
 SPEECH = {"moonshine", "moonshine_streaming"}
 #: Families whose modules give ``torch.polar(1, angles)``: its cos/sin round differently from
@@ -316,6 +248,16 @@ COMPOSITE: dict[str, tuple[str, dict]] = {
 }
 
 
+def _outputs(out):
+    a = getattr(out, "logits", None)
+    return out.last_hidden_state if a is None else a
+
+
+def _generate(model, ids):
+    out = generate(model, ids)
+    return None if out is None else out[1]
+
+
 @pytest.mark.parametrize("name", sorted([*TINY, *COMPOSITE]))
 def test_tiny_model_outputs_unchanged(name):
     item = next((i for i in C._modules() if i[0].split("[")[0] == name), None)
@@ -339,26 +281,33 @@ def test_tiny_model_outputs_unchanged(name):
             inputs = {"input_values": audio, "decoder_input_ids": ids, "use_cache": False}
         mods = [m for m in model.modules() if isinstance(m, cls)]
         assert mods, f"no {cls.__name__} in {type(model).__name__}"
-        calls: list = []
-        ropes = [_swap(m, getattr(m, "config", cfg), name, calls) for m in mods]
-        first = next(iter(ropes[0].values()))
-        if isinstance(first, rotary.MRoPE):  # different rows, as an image's grid gives
-            inputs["position_ids"] = torch.stack(
-                [pos, pos // 2 + 7, pos % 5 + pos // 3][: len(first.sections)]
-            )
+        if name in REFUSED:
+            with pytest.raises(ValueError, match=REFUSED[name]):
+                rotary.hf.patch(model, angles="float32")
+            return
+        with rotary.hf.patched(model, angles="float32") as report:
+            assert {id(m) for m in mods} <= {id(model.get_submodule(e.path)) for e in report.modules}
+            first = next(iter(report.modules[0].ropes.values()))
+            if isinstance(first, rotary.MRoPE):  # different rows, as an image's grid gives
+                inputs["position_ids"] = torch.stack(
+                    [pos, pos // 2 + 7, pos % 5 + pos // 3][: len(first.sections)]
+                )
+            calls: list = []
+            hooks = [m.register_forward_hook(lambda *a: calls.append(1)) for m in mods]
+            with torch.no_grad():
+                got = _outputs(model(**inputs))
+            for h in hooks:
+                h.remove()
+            got_gen = None if name in SPEECH | NO_GENERATE else _generate(model, ids)
         with torch.no_grad():
-            got = model(**inputs)
-        for m in mods:
-            del m.forward  # the module's own forward again
-        with torch.no_grad():
-            want = model(**inputs)
+            want = _outputs(model(**inputs))
+        want_gen = None if name in SPEECH | NO_GENERATE else _generate(model, ids)
     assert calls, "the model never called its rotary embedding"
-    a = getattr(want, "logits", None)
-    a = want.last_hidden_state if a is None else a
-    b = got.logits if getattr(got, "logits", None) is not None else got.last_hidden_state
-    if name in COMPLEX:
-        eps = float(torch.finfo(torch.float32).eps)
-        diff = float((a - b).abs().max())
-        assert diff <= 8 * eps * float(a.abs().max()), (diff, diff / eps / float(a.abs().max()))
-    else:
-        assert torch.equal(a, b), float((a - b).abs().max())
+    pairs = [(want, got)] + ([(want_gen, got_gen)] if want_gen is not None else [])
+    for a, b in pairs:
+        if name in COMPLEX:
+            eps = float(torch.finfo(torch.float32).eps)
+            diff = float((a - b).abs().max())
+            assert diff <= 8 * eps * float(a.abs().max()), (diff, diff / eps / float(a.abs().max()))
+        else:
+            assert torch.equal(a, b), float((a - b).abs().max())

@@ -6,8 +6,8 @@ For each family of :mod:`hf_families` (published ``config.json`` values):
   (our defaults per ``model_type`` are ``transformers``' defaults);
 * cos/sin equal the family's rotary module on the published config: bit-for-bit with
   ``angles="float32"``, within HF's own float32 angle error with ``angles="exact"``;
-* a tiny random model of the family gives the same logits when its rotary embedding is replaced
-  by ``rotary``'s (bit-for-bit with ``angles="float32"``, to float32 precision with ``"exact"``).
+* a tiny random model of the family gives the same logits with ``rotary.hf.patch`` (bit-for-bit
+  with ``angles="float32"``, ``generate`` included; to float32 precision with ``"exact"``).
 
 Families without a ``transformers`` implementation (``fmt=None``) are read from their published
 values only (``test_hf.py``).
@@ -185,45 +185,41 @@ def _tiny_model(f: Family):
     return _MODELS[f.name]
 
 
-def _swap(model, f: Family, ropes: dict):
-    """Replace the model's rotary embedding by rotary's (same output format)."""
-    if f.fmt == "gptj":
-        saved = [(m, m.embed_positions) for m in model.modules() if hasattr(m, "embed_positions")]
-        for m, table in saved:
-            c, s = ropes[None].cos_sin(torch.arange(table.shape[-2]))
-            m.embed_positions = torch.cat([s, c], dim=-1)
+#: Vision towers ``rotary.hf.patch`` leaves as they are (``strict=False``): their RoPE is not one
+#: :func:`rotary.hf.vision_rope` reads.
+KEPT = {
+    "Qwen2.5-VL": ["model.visual.rotary_pos_emb"],
+    "Qwen3-VL": ["model.visual.rotary_pos_emb"],
+}
 
-        def undo_tables():
-            for m, table in saved:
-                m.embed_positions = table
 
-        return undo_tables
+def generate(model, ids, mask=None, **kw):
+    """Greedy ``(sequences, scores)`` of four new tokens (KV cache), or None for a model that does
+    not generate (shared with ``test_hf_census_models.py`` and ``test_hf_patch.py``)."""
+    if not getattr(model, "can_generate", lambda: False)():
+        return None
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids) if mask is None else mask,
+            max_new_tokens=4,
+            do_sample=False,
+            output_scores=True,
+            return_dict_in_generate=True,
+            pad_token_id=0,
+            **kw,
+        )
+    return out.sequences, torch.stack(out.scores)
 
-    def forward(x, position_ids, layer_type=None):
-        rope = ropes[layer_type]
-        c, s = rope.cos_sin(position_ids, dtype=x.dtype)
-        if f.fmt == "cat":
-            return torch.cat([c, c], dim=-1), torch.cat([s, s], dim=-1)
-        if f.fmt == "interleave":
-            return c.repeat_interleave(2, dim=-1), s.repeat_interleave(2, dim=-1)
-        if f.fmt == "complex":
-            return torch.complex(c, s)
-        return c, s
 
-    mods = [m for m in model.modules() if _is_rotary(m)]
-    assert mods, f"no rotary module in {type(model).__name__}"
-    for m in mods:
-        m.forward = forward
-
-    def undo():
-        for m in mods:
-            del m.forward  # back to the class's forward
-
-    return undo
+def _scores(model, ids):
+    out = generate(model, ids)
+    return None if out is None else out[1]
 
 
 def logits_diffs(f: Family) -> dict:
-    """max |logits(rotary swapped in) - logits(transformers)| of a tiny random model, per angle method."""
+    """max |logits(rotary.hf.patch) - logits(transformers)| of a tiny random model, per angle
+    method, and of ``generate``'s scores with ``angles="float32"``."""
     model = _tiny_model(f)
     cfg = model.config
     ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(1))
@@ -236,20 +232,21 @@ def logits_diffs(f: Family) -> dict:
         kwargs["position_ids"] = torch.stack([pos, pos // 2 + 3, pos % 4 + pos // 3])
     with torch.no_grad():
         want = model(input_ids=ids, **kwargs).logits
+    want_gen = _scores(model, ids)
     out = {}
     for angles in ("float32", "exact"):
-        undo = _swap(model, f, _ropes(f, _config(_tiny_dict(f)), angles))
-        try:
+        with rotary.hf.patched(model, angles=angles, strict=f.name not in KEPT) as report:
+            assert [p for p, _ in report.kept] == KEPT.get(f.name, [])
             with torch.no_grad():
                 got = model(input_ids=ids, **kwargs).logits
-        finally:
-            undo()
+            if angles == "float32" and want_gen is not None:
+                out["generate"] = float((_scores(model, ids) - want_gen).abs().max())
         out[angles] = float((got - want).abs().max())
     scale = max(1.0, float(want.abs().max()))
     if f.fmt == "complex":  # torch.polar's cos/sin differ from torch.cos/sin by an ulp
-        assert out["float32"] <= 64 * EPS32 * scale, (f.name, out)
+        assert max(out["float32"], out.get("generate", 0.0)) <= 64 * EPS32 * scale, (f.name, out)
     else:
-        assert out["float32"] == 0.0, (f.name, out)
+        assert out["float32"] == 0.0 and out.get("generate", 0.0) == 0.0, (f.name, out)
     assert out["exact"] <= 64 * EPS32 * scale, (f.name, out)
     return out
 
