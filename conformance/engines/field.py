@@ -369,11 +369,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         json_path, rst_path = Path(args.out) / JSON_PATH.name, Path(args.out) / RST_PATH.name
+    wrote = [rst_path]
     if not args.render or not args.update_report:
         json_path.write_text(json.dumps(report, indent=1) + "\n")
+        wrote.insert(0, json_path)
     rst_path.write_text(render(report))
     where = "" if args.update_report else " (scratch: --update-report writes the committed report)"
-    print(f"wrote {json_path} and {rst_path}{where}")
+    print(f"wrote {' and '.join(map(str, wrote))}{where}")
     return 0
 
 
