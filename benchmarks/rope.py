@@ -305,6 +305,50 @@ def bench_decode(quick: bool, reps: int) -> list:
         if lib == "torch" and rows_hf:
             r = _rows("decode", backend, times, {"rotary": ("HF per step", 0.6)})
             rows += [dict(x, case="rotary (vs HF)", ms=None) for x in r if x["case"] == "rotary"]
+    return rows + _decode_loop_compiled(qn, kn, rope, reps)
+
+
+#: Steps of the compiled decoding loop (positions 4095, 4096, ...).
+LOOP_STEPS = 64
+
+
+def _decode_loop_compiled(qn: Any, kn: Any, rope: Any, reps: int) -> list:
+    """A decoding loop of :data:`LOOP_STEPS` steps under ``torch.compile`` (inductor), positions
+    given as one-element tensors and as Python ints, beside the same loop run eagerly; each row
+    names the number of graphs the loop compiled (one for tensors; two for Python ints, as
+    ``p * inv_freq`` gets: Dynamo specialises the first value, then makes it symbolic)."""
+    try:
+        import torch
+        from torch._dynamo.testing import CompileCounterWithBackend
+    except ImportError:
+        return []
+    q, k = torch.from_numpy(qn), torch.from_numpy(kn)
+    steps = range(DECODE_POS, DECODE_POS + LOOP_STEPS)
+    rows = []
+    for kind, make in (("tensor", lambda p: torch.tensor([p])), ("int", lambda p: p)):
+        positions = [make(p) for p in steps]
+        torch._dynamo.reset()
+        counter = CompileCounterWithBackend("inductor")
+        step = torch.compile(lambda q, k, p: rope.apply(q, k, p), backend=counter)
+
+        def loop(f: Any, positions: list = positions) -> None:
+            with torch.no_grad():
+                for p in positions:
+                    f(q, k, p)
+
+        def eager(positions: list = positions) -> None:
+            loop(rope.apply, positions)
+
+        loop(step)  # (compiles: the graphs counted below, outside the timing)
+        graphs = counter.frame_count
+        name = f"compiled {LOOP_STEPS}-step loop ({kind} positions)"
+        times = compare({name: lambda step=step: loop(step), "eager loop": eager}, reps=reps, warmup=1)
+        r = _rows("decode", "torch compile", times, {name: ("eager loop", None)}, floor=None)
+        rows += [
+            dict(x, graphs=graphs, case=f"{name}: {graphs} graph{'s' if graphs > 1 else ''}")
+            for x in r
+            if x["case"] == name
+        ]
     return rows
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from ._backends import backend_for
 from ._lib import _validation as chk
 from ._lib._cache import fast_paths_enabled
-from ._lib._compat import array_namespace, index_dtype, is_array
+from ._lib._compat import array_namespace, index_dtype, is_array, not_an_array
 from ._lib._compat import device as be_device
 from ._lib._typing import Array, RotaryEmbedding
 from ._math._groups import merge_heads, split_heads
@@ -108,7 +108,7 @@ def attention(
     scale = 1.0 / math.sqrt(d) if scale is None else chk.check_float(scale, "scale")
     if mask is not None:
         if not is_array(mask):
-            raise TypeError(f"mask must be a boolean or floating array, got {type(mask).__name__}")
+            raise not_an_array("mask", mask, "a boolean or floating array")
         if not (xp.isdtype(mask.dtype, "bool") or chk.is_floating(mask.dtype)):
             raise TypeError(
                 f"mask must be boolean (True = attend) or floating (added to the logits), got "

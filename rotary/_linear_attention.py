@@ -34,7 +34,7 @@ from typing import Any, Literal, NamedTuple, overload
 from ._backends import Backend, backend_for
 from ._lib import _validation as chk
 from ._lib._cache import fast_paths_enabled
-from ._lib._compat import array_namespace, is_array, library_name
+from ._lib._compat import array_namespace, is_array, library_name, not_an_array
 from ._lib._typing import Array, Device, DType, FeatureMapName, Namespace, RotaryEmbedding, Similarity
 from ._math import _linear
 from ._math._groups import merge_heads, split_heads
@@ -128,7 +128,7 @@ class _UserMap:
     def __call__(self, x: Array, xp: Namespace) -> Array:
         out = self.fn(x)
         if not is_array(out):
-            raise TypeError(f"feature_map must return an array, got {type(out).__name__}")
+            raise not_an_array("feature_map", out, verb="return")
         return out
 
 
@@ -179,7 +179,7 @@ def _state_arrays(
     S, z, offset = state
     for name, a, want in (("state.S", S, want_S), ("state.z", z, want_z)):
         if not is_array(a):
-            raise TypeError(f"{name} must be an array, got {type(a).__name__}")
+            raise not_an_array(name, a)
         if library_name(array_namespace(a)) != library_name(xp):
             raise TypeError(
                 f"{name} is a {type(a).__module__}.{type(a).__name__} but q, k, v are "

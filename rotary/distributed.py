@@ -46,7 +46,7 @@ from typing import Any
 from ._backends import backend_for
 from ._lib import _validation as chk  # (where v names the values)
 from ._lib import _validation as v
-from ._lib._compat import array_namespace, is_array, library_name
+from ._lib._compat import array_namespace, is_array, library_name, not_an_array
 from ._lib._typing import Array
 from ._linear_attention import LinearAttentionState, linear_attention, linear_attention_state
 
@@ -132,7 +132,7 @@ def shard_sequence(x: Array, *, rank: int, world: int, sharding: str = "contiguo
     [2, 3, 4, 5]
     """
     if not is_array(x):
-        raise TypeError(f"x must be an array, got {type(x).__name__}")
+        raise not_an_array("x", x)
     xp = array_namespace(x)
     ax = axis % x.ndim
     n = x.shape[ax]

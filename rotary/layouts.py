@@ -25,7 +25,7 @@ import numpy as np
 
 from ._backends import backend_for
 from ._lib import _validation as v
-from ._lib._compat import array_namespace, index_dtype, is_array
+from ._lib._compat import array_namespace, index_dtype, is_array, not_an_array
 from ._lib._typing import Array, Layout
 from ._math._rotation import LAYOUTS, permutation
 
@@ -111,7 +111,7 @@ def convert_layout(
     True
     """
     if not is_array(x):
-        raise TypeError(f"x must be an array, got {type(x).__name__}")
+        raise not_an_array("x", x)
     xp = array_namespace(x, names=("x",))
     be = backend_for(xp)
     src = v.check_layout_name(src, "src")

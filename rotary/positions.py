@@ -35,7 +35,7 @@ from ._backends import Backend, backend_for
 from ._config import RopeConfig
 from ._lib import _validation as v
 from ._lib._cache import get_or_build
-from ._lib._compat import array_namespace, as_namespace, is_array, to_numpy
+from ._lib._compat import array_namespace, as_namespace, host_values, is_array, not_an_array
 from ._lib._typing import Array, Device, DType, Namespace
 from ._rope import RoPE
 from .multiaxis import MRoPE
@@ -54,10 +54,10 @@ __all__ = [
 
 
 # -- helpers ------------------------------------------------------------------------------------
-def _namespace(x: Any, xp: Any) -> Namespace:
+def _namespace(x: Any, xp: Any, name: str) -> Namespace:
     if xp is not None:
         return as_namespace(xp)
-    return array_namespace(x) if is_array(x) else array_namespace()
+    return array_namespace(x, names=(name,))  # (NumPy for Python values; others refused)
 
 
 def _int_dtype(be: Backend, device: Device) -> DType:
@@ -70,7 +70,7 @@ def _as_int_array(x: Any, name: str, be: Backend, device: Device) -> Array:
     if is_array(x) and array_namespace(x) is xp:
         arr = x
     else:
-        host = np.asarray(to_numpy(x) if is_array(x) else x)
+        host = host_values(x, name)
         if host.size == 0:
             host = host.astype(np.int64)
         if not np.issubdtype(host.dtype, np.integer):
@@ -115,7 +115,7 @@ def _total(be: Backend, x: Array, name: str, total: Any, *, cu: bool) -> int:
 
 def _packed(x: Any, name: str, total: Any, xp: Any, device: Device, *, cu: bool) -> Array:
     """Positions restarting at 0 per document; ``x`` holds lengths, or ``cu_seqlens`` when ``cu``."""
-    be = backend_for(_namespace(x, xp))
+    be = backend_for(_namespace(x, xp, name))
     xp = be.xp
     arr = _as_int_array(x, name, be, device)
     if cu and arr.shape[0] == 0:
@@ -225,7 +225,7 @@ def from_attention_mask(mask: Array, *, fill: int = 0) -> Array:
            [0, 1, 2, 3, 4]])
     """
     if not is_array(mask):
-        mask = np.asarray(mask)
+        mask = host_values(mask, "mask")
     xp = array_namespace(mask)
     be = backend_for(xp)
     if mask.ndim < 1:
@@ -245,7 +245,7 @@ def from_attention_mask(mask: Array, *, fill: int = 0) -> Array:
 def _grids(x: Any, name: str) -> np.ndarray:
     if x is None:
         return np.zeros((0, 3), dtype=np.int64)
-    g = np.asarray(to_numpy(x))
+    g = host_values(x, name)
     if g.ndim != 2 or g.shape[1] != 3 or not np.issubdtype(g.dtype, np.integer):
         raise ValueError(
             f"{name} must be an integer array of shape (n, 3) (t, h, w), got {g.dtype} {g.shape}"
@@ -321,14 +321,14 @@ def mrope_position_ids(
     >>> delta
     array([[-2]])
     """
-    xp = _namespace(token_types, None)
+    xp = _namespace(token_types, None, "token_types")
     be = backend_for(xp)
     if be.tracing():
         raise TypeError(
             "mrope_position_ids reads the prompt's token layout on the host (as transformers' "
             "get_rope_index does): call it outside torch.compile / jax.jit and pass the position ids in"
         )
-    tt = np.asarray(to_numpy(token_types))
+    tt = host_values(token_types, "token_types")
     if tt.ndim != 2 or not np.issubdtype(tt.dtype, np.integer):
         raise ValueError(
             f"token_types must be an integer array of shape (batch, seq), got {tt.dtype} {tt.shape}"
@@ -340,7 +340,7 @@ def mrope_position_ids(
     m = v.check_int(spatial_merge_size, "spatial_merge_size", minimum=1)
     mask = np.ones(tt.shape, dtype=bool)
     if attention_mask is not None:
-        mask = np.asarray(to_numpy(attention_mask)).astype(bool)
+        mask = host_values(attention_mask, "attention_mask").astype(bool)
         if mask.shape != tt.shape:
             raise ValueError(
                 f"attention_mask must have the shape of token_types {tt.shape}, got {mask.shape}"
@@ -359,7 +359,7 @@ def mrope_position_ids(
     if second_per_grid_ts is not None:
         if tps is None:
             raise ValueError("second_per_grid_ts needs tokens_per_second")
-        secs = np.asarray(to_numpy(second_per_grid_ts), dtype=np.float32).reshape(-1)
+        secs = np.asarray(host_values(second_per_grid_ts, "second_per_grid_ts"), dtype=np.float32).reshape(-1)
         if secs.shape[0] != n_videos:
             raise ValueError(
                 f"second_per_grid_ts must have one entry per video ({n_videos}), got {secs.shape[0]}"
@@ -425,20 +425,20 @@ def mrope_text_positions(positions: Any, deltas: Any) -> Array:
            [5, 6],
            [5, 6]])
     """
-    xp = _namespace(positions, None)
+    xp = _namespace(positions, None, "positions")
     if not is_array(positions):
-        positions = xp.asarray(np.asarray(positions))
+        positions = xp.asarray(host_values(positions, "positions"))
     if not is_array(deltas) or array_namespace(deltas) is not xp:
         dev = backend_for(xp).creation_device(positions)
-        deltas = xp.asarray(np.asarray(to_numpy(deltas)), dtype=positions.dtype, device=dev)
+        deltas = xp.asarray(host_values(deltas, "deltas"), dtype=positions.dtype, device=dev)
     p = positions + deltas
-    return xp.broadcast_to(p[None, ...], (3, *p.shape))
+    return xp.stack([p, p, p])  # (an array of the caller's, not a read-only broadcast view)
 
 
 # -- KV-cache re-rotation -----------------------------------------------------------------------
 def _key_namespace(k: Any) -> Backend:
     if not is_array(k):
-        raise TypeError(f"k must be an array of shape (..., head_dim), got {type(k).__name__}")
+        raise not_an_array("k", k, "an array of shape (..., head_dim)")
     return backend_for(array_namespace(k))
 
 

@@ -270,6 +270,48 @@ def test_every_entry_point_under_jax_jit() -> None:
     assert not bad, "\n".join(bad)
 
 
+def _other_values(a: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Other values of :func:`entry_arrays`, of the same shapes and dtypes (positions moved by 5
+    and past the per-position table, other document lengths, another padding)."""
+    b = {k: v.copy() for k, v in a.items()}
+    b["p"] = a["p"] + 40000
+    b["pf"] = a["pf"] + 0.5
+    b["lengths"] = a["lengths"][::-1].copy()
+    b["cu"] = np.array([0, 5, 8])
+    b["mask"] = np.array([[0, 1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1, 1]])
+    b["deltas"] = a["deltas"] + 3
+    for k in ("q", "k", "v", "freqs"):
+        b[k] = a[k] * 1.5 + 0.25
+    return b
+
+
+def test_every_entry_point_under_jit_trace() -> None:
+    """``torch.jit.trace`` of every entry point at other values is right at these: the values are
+    data of the trace (a value read while tracing would give the other values' answer), and the
+    first trace in a process passes torch's ``check_trace``."""
+    import warnings
+
+    a = entry_arrays(np.random.default_rng(0))
+    keys = sorted(a)
+    example = tuple(_torch_conv(_other_values(a)[k]) for k in keys)
+    args = tuple(_torch_conv(a[k]) for k in keys)
+    bad = []
+    for name, f in ENTRY_POINTS.items():
+
+        def fn(*vals: Any, f: Any = f) -> tuple[Any, ...]:
+            return tuple(_leaves(f(dict(zip(keys, vals, strict=True)), torch)))
+
+        try:
+            with warnings.catch_warnings():  # (shape checks warn: a trace is specialised to shapes)
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)
+                traced = torch.jit.trace(fn, example, check_trace=True)
+            for g, w in zip(traced(*args), fn(*args), strict=True):
+                np.testing.assert_allclose(_np(g), _np(w), rtol=2e-6, atol=2e-6, err_msg=name)
+        except Exception as e:  # collected: one report for every entry point
+            bad.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+    assert not bad, "\n".join(bad)
+
+
 @pytest.mark.parametrize("lib", ["torch", "jax"])
 def test_prompt_layout_helpers_refuse_a_trace_clearly(lib: str) -> None:
     """``mrope_position_ids`` reads the prompt's layout on the host: a clear TypeError inside a
@@ -506,3 +548,46 @@ def test_regression_jax_positions_on_another_device_are_named() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout[-2000:] + out.stderr[-3000:]
+
+
+# -- issue 34: a decoding loop compiles once; TorchScript refuses clearly ----------------------------
+@pytest.mark.parametrize(
+    ("kind", "graphs"), [("0-d tensor", 1), ("1-element tensor", 1), ("Python int", 2), ("Python list", 2)]
+)
+def test_a_compiled_decoding_loop_compiles_once(kind: str, graphs: int) -> None:
+    """64 steps, one position each: one graph for tensor positions; two for Python ints (Dynamo
+    specialises the first value, then makes it symbolic: what ``p * inv_freq`` gets), where 8 and
+    a fall back to eager were compiled on 67cca2f."""
+    from torch._dynamo.testing import CompileCounter
+
+    rope = rotary.RoPE(16)
+    q, k = torch.randn(1, 4, 1, 16), torch.randn(1, 2, 1, 16)
+    make = {
+        "0-d tensor": torch.tensor,
+        "1-element tensor": lambda p: torch.tensor([p]),
+        "Python int": lambda p: p,
+        "Python list": lambda p: [p],
+    }[kind]
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    step = torch.compile(lambda q, k, p: rope.apply(q, k, p), backend=counter, fullgraph=True)
+    for p in range(4095, 4095 + 64):
+        got = step(q, k, make(p))
+        want = rope.apply(q, k, make(p))
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), p
+    assert counter.frame_count == graphs
+
+
+def test_torchscript_refuses_rotary_modules_clearly() -> None:
+    from rotary.modules.torch import LearnedRoPE
+
+    class User(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rope = LearnedRoPE(rotary.RoPE(16))
+
+        def forward(self, q: Any, k: Any, pos: Any) -> Any:
+            return self.rope(q, k, pos)
+
+    with pytest.raises(TypeError, match=r"torch\.jit\.script cannot compile rotary.*torch\.compile"):
+        torch.jit.script(User())

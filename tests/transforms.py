@@ -356,6 +356,37 @@ def t_export(F, xs, i, ws, t, u):  # type: ignore[no-untyped-def]
     return tuple(torch.export.load(buf).module()(*xs))
 
 
+def t_jit_trace(F, xs, i, ws, t, u):  # type: ignore[no-untyped-def]
+    """``torch.jit.trace`` at other values (every input ``1.5 x + 0.25``), run at ``xs``: the
+    inputs are data of the trace (a value read while tracing would give the example's answer), and
+    the first trace in a process passes torch's check (``check_trace``: traced twice, the same
+    graph)."""
+    import warnings
+
+    import torch
+
+    example = tuple(x * 1.5 + 0.25 for x in xs)
+    with warnings.catch_warnings():  # (shape checks warn: a trace is specialised to its shapes)
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        traced = torch.jit.trace(lambda *a: tuple(F(*a)), example, check_trace=True)
+    return tuple(traced(*xs))
+
+
+def t_fx_symbolic_trace(F, xs, i, ws, t, u):  # type: ignore[no-untyped-def]
+    """``torch.fx.symbolic_trace`` refuses clearly (its Proxies have no shapes), naming what to
+    use instead; the function itself is unchanged afterwards."""
+    import pytest
+    import torch
+
+    names = ", ".join(f"a{j}" for j in range(len(xs)))  # (fx traces named parameters, not *args)
+    scope: dict[str, Any] = {"F": F}
+    exec(f"def forward(self, {names}):\n    return tuple(F({names}))", scope)
+    M = type("M", (torch.nn.Module,), {"forward": scope["forward"]})
+    with pytest.raises(TypeError, match=r"torch\.fx Proxy.*torch\.export"):
+        torch.fx.symbolic_trace(M())
+    return tuple(F(*xs))
+
+
 #: torch transforms: name -> (transform, the reference it must equal (see :func:`reference`)).
 TORCH_TRANSFORMS: dict[str, tuple[Callable[..., tuple[Any, ...]], str]] = {
     "eager": (t_eager, "value"),
@@ -378,6 +409,8 @@ TORCH_TRANSFORMS: dict[str, tuple[Callable[..., tuple[Any, ...]], str]] = {
     "compile backward": (t_compile_backward, "grads"),
     "make_fx symbolic": (t_make_fx, "value"),
     "export save load": (t_export, "value"),
+    "jit.trace": (t_jit_trace, "value"),
+    "fx.symbolic_trace refused": (t_fx_symbolic_trace, "value"),
 }
 
 

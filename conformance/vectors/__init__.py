@@ -16,6 +16,8 @@ import numpy as np
 
 from rotary.testing import reference
 
+__all__ = ["CASES", "case_theta", "compute", "index", "index_names", "load", "sha256", "verify"]
+
 HERE = Path(__file__).resolve().parent
 INDEX = HERE / "index.json"
 FORMAT_VERSION = 1

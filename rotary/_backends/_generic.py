@@ -25,6 +25,7 @@ from .._lib._compat import (
     is_lazy,
     is_writeable,
     library_name,
+    not_an_array,
     to_numpy,
 )
 from .._lib._compat import device as _device
@@ -92,7 +93,8 @@ class Backend:
     def compute_dtype(self, dtype: DType) -> DType:
         """Internal math in float64 for float64 data, else float32."""
         xp = self.xp
-        return xp.float64 if hasattr(xp, "float64") and dtype == xp.float64 else xp.float32
+        # (by name: a NumPy float64 of either byte order is float64)
+        return xp.float64 if hasattr(xp, "float64") and v.dtype_name(dtype) == "float64" else xp.float32
 
     def check_dense(self, arrays: list[tuple[str, Array]]) -> None:
         """The named arrays are dense (strided), not sparse."""
@@ -142,6 +144,8 @@ class Backend:
             return tuple(pos.shape)
         if is_host_positions(pos):
             return tuple(_host_positions(pos, name).shape)
+        if not is_array(pos):
+            raise not_an_array(name, pos, "positions: an array, a number or a sequence of numbers")
         raise TypeError(
             f"{name} is a {type(pos).__module__}.{type(pos).__name__} but the data are {self.name} "
             f"arrays; pass positions of the same library, a NumPy array or a Python sequence"
@@ -284,13 +288,12 @@ class Backend:
     ) -> tuple[Array, Array]:
         """cos/sin of positions ``0 <= lo <= pos <= hi`` (``rng``) from the per-position table."""
         xp = self.xp
-        lo, hi = rng
+        hi = rng[1]
         table = self.position_table(build, config, dev, dtype, hi)
         n = table.shape[1] // 2
-        if lo == hi and all(d == 1 for d in pos.shape):  # one position (decoding): views of its row
-            t = table[hi : hi + 1, ...]
-        else:
-            t = self._take_rows(table, pos if pos.ndim == 1 else xp.reshape(pos, (-1,)))
+        # (a gather, never a view of the table: what is returned here may reach the caller, and
+        # the table is shared by every later call)
+        t = self._take_rows(table, pos if pos.ndim == 1 else xp.reshape(pos, (-1,)))
         c, s = t[:, :n], t[:, n:]
         if pos.ndim != 1:
             c, s = xp.reshape(c, (*pos.shape, n)), xp.reshape(s, (*pos.shape, n))

@@ -70,6 +70,8 @@ def _real(x: Any) -> bool:
 _current_level = getattr(_functorch, "maybe_current_level", None)
 _dispatch_depth = torch._C._len_torch_dispatch_stack
 _function_depth = torch._C._len_torch_function_stack
+#: ``torch.jit.trace`` is recording (its tracer sees plain tensors, in no mode: told by this alone).
+_jit_tracing = torch._C._get_tracing_state
 
 
 def _plain_function_modes() -> bool:
@@ -86,8 +88,9 @@ def _plain_function_modes() -> bool:
 def _untraced() -> bool:
     """No trace records this call: no ``torch.compile``/``torch.export`` (Dynamo), no dispatch
     mode (fake, proxy: ``make_fx`` and non-strict ``torch.export``, functionalization, a user's
-    mode).  Values of plain tensors read here are this call's, not a trace's example."""
-    return not (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack())
+    mode), no ``torch.jit.trace``.  Values of plain tensors read here are this call's, not a
+    trace's example."""
+    return not (torch.compiler.is_compiling() or _dispatch_depth() or _jit_tracing() is not None)
 
 
 def _eager_context() -> bool:
@@ -97,7 +100,7 @@ def _eager_context() -> bool:
     default-device ones."""
     # (the four checks inlined, cheapest first: this runs once per call, decoding steps included)
     return (
-        not (torch.compiler.is_compiling() or _dispatch_depth())
+        not (torch.compiler.is_compiling() or _dispatch_depth() or _jit_tracing() is not None)
         and (_current_level is None or _current_level() is None)
         and getattr(_forward_ad, "_current_level", -1) < 0
         and (not _function_depth() or _plain_function_modes())
@@ -373,6 +376,20 @@ class _CustomGrad(torch.autograd.Function):  # type: ignore[misc]
         return (None, None, *ctx.backward_fn(*grads))
 
 
+def _scalar(p: Any) -> bool:
+    return isinstance(p, (int, float)) and not isinstance(p, bool)
+
+
+def _full(pos: Any, device: Any) -> Array:
+    """Python positions (a number, or a flat sequence of them) as a tensor whose values stay
+    inputs of a compiled graph (not constants of it)."""
+    if isinstance(pos, (int, float)):
+        dt = torch.float64 if isinstance(pos, float) else torch.int64
+        return torch.full((), pos, dtype=dt, device=device)
+    dt = torch.float64 if any(isinstance(p, float) for p in pos) else torch.int64
+    return torch.stack([torch.full((), p, dtype=dt, device=device) for p in pos])
+
+
 class TorchBackend(Backend):
     def __init__(self, xp: Namespace) -> None:
         super().__init__(xp)
@@ -391,7 +408,7 @@ class TorchBackend(Backend):
                 raise not_dense(name, a.layout)
 
     def tracing(self) -> bool:
-        return bool(torch.compiler.is_compiling())
+        return bool(torch.compiler.is_compiling() or _jit_tracing() is not None)
 
     def host_values(self, x: Array) -> Any:
         # (outside torch.func transforms: there detach() would wrap the tensor, and a wrapped
@@ -442,6 +459,13 @@ class TorchBackend(Backend):
             # (their values are not checked there, as for traced tensors).
             if isinstance(pos, bool):
                 raise TypeError(f"{name} must be integer or real floating positions, got a bool")
+            if isinstance(pos, (int, float)) or (
+                isinstance(pos, (list, tuple)) and pos and all(_scalar(p) for p in pos)
+            ):
+                # ``torch.full`` of a Python number: Dynamo specialises its first value, then
+                # makes it a symbolic input (two graphs for a decoding loop, as ``p * inv_freq``
+                # gets), where ``as_tensor`` would specialise every value (a graph per position)
+                return _full(pos, device), None
             t = torch.as_tensor(pos, device=device)
             if t.is_floating_point():
                 t = torch.as_tensor(pos, dtype=torch.float64, device=device)

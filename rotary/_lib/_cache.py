@@ -201,8 +201,8 @@ def get_or_build(key: Hashable, build: Callable[[], tuple[V, int]], kind: StateK
     with _build_scope():
         value, nbytes = build()
         keep = kind not in _OFF and context_clean()
-    if keep:
-        _CACHE.put(key, value, nbytes)
+    if keep:  # (read-only where the library allows: a stored value is rotary's, never the caller's)
+        _CACHE.put(key, _compat.freeze(value), nbytes)
     return _adapt(value)
 
 

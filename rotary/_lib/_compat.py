@@ -9,6 +9,7 @@ dispatch is ``functools.lru_cache``-d, which ``torch.compile`` warns about on ev
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 import array_api_compat
@@ -21,16 +22,19 @@ __all__ = [
     "as_namespace",
     "capability",
     "device",
+    "freeze",
+    "host_values",
     "index_dtype",
     "is_array",
     "is_host_positions",
+    "is_numpy",
     "library_name",
+    "not_an_array",
+    "refusal",
     "register_mender",
     "to_numpy",
+    "what",
 ]
-
-#: Top-level modules of the array libraries whose arrays ``is_array`` recognises by type.
-_ARRAY_MODULES = ("numpy", "torch", "cupy", "dask", "jax", "jaxlib", "sparse", "array_api_strict", "ndonnx")
 
 #: Namespace ``__name__`` -> library name.
 _LIBRARIES = {
@@ -46,35 +50,94 @@ _LIBRARIES = {
     "array_api_strict": "array_api_strict",
 }
 
+#: Python values that are never arrays (positions may be given as these).
+_PLAIN = (bool, int, float, complex, str, bytes, list, tuple, dict, type(None))
 
-def _module(x: object) -> str:
-    """The array library of ``x``'s type (one of :data:`_ARRAY_MODULES`), else its module.
 
-    Slices and comparisons only: ``torch.compile`` traces neither ``str.find`` nor ``str.split``
-    (``nn.Parameter``'s module is ``torch.nn.parameter``)."""
-    mod = type(x).__module__
-    for name in _ARRAY_MODULES:
-        if mod == name or mod[: len(name) + 1] == name + ".":
-            return name
-    return mod
+def _torch_tensor(x: object) -> bool:
+    """``x`` is a ``torch.Tensor`` (any subclass: ``Parameter``, DTensor, a user's
+    ``__torch_function__`` class), without importing torch (none exists if torch is not imported).
+    (``torch.compile`` traces this: a dictionary read and an ``isinstance``.)"""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def refusal(x: object) -> str | None:
+    """Why ``x``, which looks like an array, is not served (``None``: it is, or it is no array).
+
+    Recognition is by capability, in one place: an array is an instance of an array library's
+    array type (``numpy.ndarray``, ``torch.Tensor`` and their subclasses...), an object whose
+    type has ``__array_namespace__``, or what ``array_api_compat`` recognises.  Type names and
+    module names are never consulted."""
+    fx = sys.modules.get("torch.fx")
+    if fx is not None and isinstance(x, fx.Proxy):
+        return (
+            "a torch.fx Proxy (torch.fx.symbolic_trace): rotary reads shapes and dtypes, which a "
+            "Proxy does not have. Trace with torch.export.export, torch.compile, make_fx or "
+            "torch.jit.trace instead, or keep the call out of the graph: "
+            "torch.fx.Tracer(autowrap_functions=(rotary.rotate, ...)) with the function imported "
+            "into your module"
+        )
+    if isinstance(x, np.matrix):
+        return "a numpy.matrix (always 2-D, with * as matrix product): pass np.asarray(m) instead"
+    return None
 
 
 def is_array(x: object) -> bool:
-    """True for an array of any supported library (NumPy scalars included)."""
-    if x is None or isinstance(x, (int, float, list, tuple)):
+    """True for an array rotary serves (NumPy scalars included); see :func:`refusal`."""
+    if isinstance(x, _PLAIN):
         return False
-    mod = _module(x)
-    if mod == "numpy":
-        return isinstance(x, (np.ndarray, np.generic))
-    if mod in _ARRAY_MODULES:
-        return hasattr(x, "shape") and hasattr(x, "dtype")
-    return hasattr(x, "__array_namespace__")
+    if _torch_tensor(x):
+        return True
+    if isinstance(x, (np.ndarray, np.generic)):
+        return not isinstance(x, np.matrix)
+    if refusal(x) is not None:
+        return False
+    return hasattr(type(x), "__array_namespace__") or bool(array_api_compat.is_array_api_obj(x))
+
+
+def is_numpy(x: object) -> bool:
+    """A NumPy array or scalar (any subclass rotary serves)."""
+    return isinstance(x, (np.ndarray, np.generic)) and not isinstance(x, np.matrix)
 
 
 def is_host_positions(x: object) -> bool:
-    """True for values that live on the host and may be converted to any library:
-    Python numbers and sequences, and NumPy arrays and scalars."""
-    return not is_array(x) or _module(x) == "numpy"
+    """True for values that live on the host and may be converted to any library: Python
+    numbers and sequences, and NumPy arrays and scalars."""
+    return (isinstance(x, _PLAIN) and not isinstance(x, (str, bytes, dict))) or is_numpy(x)
+
+
+def what(x: object) -> str:
+    """``x``'s type, qualified (for error messages)."""
+    t = type(x)
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def not_an_array(name: str, x: object, expected: str = "an array", *, verb: str = "be") -> TypeError:
+    """The one refusal of an object that is not an array rotary serves: its type, and why."""
+    why = refusal(x)
+    if why is None:
+        if isinstance(x, _PLAIN):
+            why = f"a Python {type(x).__name__}"
+        else:
+            why = (
+                f"a {what(x)}, which is not an array rotary recognises: its type has no "
+                "__array_namespace__ (the array API standard's entry point) and array-api-compat "
+                "does not know it; convert it to an array of a library that has one (NumPy, torch, "
+                "JAX, CuPy...), e.g. with np.asarray(...) or DLPack"
+            )
+    return TypeError(f"{name} must {verb} {expected}; got {why}")
+
+
+def host_values(x: object, name: str) -> np.ndarray:
+    """Host NumPy values of ``x``: an array rotary serves (:func:`to_numpy`), or Python numbers
+    and sequences; anything else is refused (:func:`not_an_array`), never read through an
+    ``__array__`` of its own."""
+    if is_array(x):
+        return np.asarray(to_numpy(x))
+    if not is_host_positions(x):
+        raise not_an_array(name, x, "an array, a number or a sequence of numbers")
+    return np.asarray(x)
 
 
 def library_name(xp: Namespace) -> str:
@@ -101,7 +164,7 @@ def namespace_of(*arrays: Any, names: tuple[str, ...]) -> Namespace:
     """The namespace of ``arrays``, which must all be arrays (``TypeError`` naming the first that
     is not) of one library."""
     t = type(arrays[0])
-    if t.__module__ == "torch" and all(type(a) is t for a in arrays[1:]):
+    if _torch_tensor(arrays[0]) and all(type(a) is t for a in arrays[1:]):
         import array_api_compat.torch as torch_xp  # served directly (see the module docstring)
 
         return torch_xp
@@ -110,7 +173,7 @@ def namespace_of(*arrays: Any, names: tuple[str, ...]) -> Namespace:
         return hit
     for name, a in zip(names, arrays, strict=True):
         if not is_array(a):
-            raise TypeError(f"{name} must be an array of shape (..., head_dim), got {type(a).__name__}")
+            raise not_an_array(name, a, "an array of shape (..., head_dim)")
     return array_namespace(*arrays, names=names)
 
 
@@ -132,10 +195,16 @@ def array_namespace(*arrays: Any, names: tuple[str, ...] = ()) -> Namespace:
         hit = _BY_TYPE.get(one)
         if hit is not None:
             return hit
-    real = [(i, a) for i, a in enumerate(arrays) if is_array(a)]
+    real = []
+    for i, a in enumerate(arrays):
+        if is_array(a):
+            real.append((i, a))
+        elif not is_host_positions(a):
+            label = names[i] if i < len(names) else f"argument {i}"
+            raise not_an_array(label, a, "an array, a number or a sequence of numbers")
     if not real:
         return array_api_compat.array_namespace(np.empty(0))
-    if all(_module(a) == "torch" for _, a in real):
+    if all(_torch_tensor(a) for _, a in real):
         import array_api_compat.torch as torch_xp
 
         return torch_xp
@@ -143,7 +212,7 @@ def array_namespace(*arrays: Any, names: tuple[str, ...] = ()) -> Namespace:
         xp = array_api_compat.array_namespace(*(a for _, a in real))
     except TypeError:
         label = names or tuple(f"arg{i}" for i in range(len(arrays)))
-        kinds = ", ".join(f"{label[i]}: {type(a).__module__}.{type(a).__name__}" for i, a in real)
+        kinds = ", ".join(f"{label[i]}: {what(a)}" for i, a in real)
         raise TypeError(
             f"arrays must all come from the same array library; got {kinds}. "
             "Convert them to one library first (positions may also be NumPy arrays or Python values)."
@@ -228,6 +297,17 @@ def is_writeable(x: Any) -> bool:
     return bool(array_api_compat.is_writeable_array(x))
 
 
+def freeze(value: Any) -> Any:
+    """``value`` (an array, or a tuple or list of them) made read-only where its library allows
+    (NumPy: ``writeable=False``); what rotary stores is never handed out, this makes a slip loud."""
+    if isinstance(value, np.ndarray):
+        value.flags.writeable = False
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            freeze(v)
+    return value
+
+
 def is_lazy(x: Any) -> bool:
     """``array_api_compat.is_lazy_array``: ``x``'s values cannot be read cheaply and eagerly."""
     return bool(array_api_compat.is_lazy_array(x))
@@ -235,36 +315,42 @@ def is_lazy(x: Any) -> bool:
 
 def device(x: Array) -> Device:
     """The device of ``x`` (torch served directly, see the module docstring)."""
-    mod = _module(x)
-    if mod == "torch":
+    if _torch_tensor(x):
         return x.device
-    for lib, device_of in _DEVICE_OF.items():
-        if mod == lib or mod[: len(lib) + 1] == lib + ".":
+    if _DEVICE_OF and not is_numpy(x):
+        device_of = _DEVICE_OF.get(getattr(array_namespace(x), "__name__", ""))
+        if device_of is not None:
             return device_of(x)
     return array_api_compat.device(x)
 
 
 def to_numpy(x: Any) -> np.ndarray:
-    """A host NumPy copy of an array of any supported library (bfloat16 widened to float32)."""
-    mod = _module(x)
-    if mod == "numpy" or not is_array(x):
+    """Host NumPy values of an array of any supported library (bfloat16 widened to float32): a
+    view where the library allows one (for reading; :func:`rotary.testing.to_numpy` copies)."""
+    if is_numpy(x) or not is_array(x):
         return np.asarray(x)
-    if mod == "torch":
-        t = x.detach().cpu()
+    if _torch_tensor(x):
+        t = x.detach()
+        if hasattr(t, "full_tensor"):  # (a distributed tensor: its global values)
+            t = t.full_tensor()
+        t = t.cpu()
         if t.dtype.is_floating_point and t.dtype.itemsize == 2 and str(t.dtype) == "torch.bfloat16":
             t = t.float()
         return t.resolve_conj().resolve_neg().numpy()
-    if mod == "cupy":
+    if array_api_compat.is_cupy_array(x):
         return x.get()
-    if mod == "dask":
+    if array_api_compat.is_dask_array(x):
         return np.asarray(x.compute())
-    if mod == "array_api_strict":
-        import array_api_strict
-
-        return np.asarray(x.to_device(array_api_strict.Device("CPU_DEVICE")))
-    if mod == "ndonnx":  # (the values it propagated; a symbolic array has none: ValueError)
+    if array_api_compat.is_ndonnx_array(x):  # (the values it propagated; a symbolic array has none)
         return np.asarray(x.unwrap_numpy())
+    if _is_strict(x):
+        return np.asarray(x.to_device(sys.modules["array_api_strict"].Device("CPU_DEVICE")))
     return _foreign_to_numpy(x)
+
+
+def _is_strict(x: Any) -> bool:
+    strict = sys.modules.get("array_api_strict._array_object")  # (its array type's home)
+    return strict is not None and isinstance(x, strict.Array)
 
 
 def _foreign_to_numpy(x: Any) -> np.ndarray:
@@ -281,14 +367,12 @@ def _foreign_to_numpy(x: Any) -> np.ndarray:
         try:
             out = np.asarray(x)
         except Exception as e:
-            raise TypeError(
-                f"cannot read the values of a {type(x).__module__}.{type(x).__name__} on the host: {e}"
-            ) from None
+            raise TypeError(f"cannot read the values of a {what(x)} on the host: {e}") from None
     if out.dtype.name == "bfloat16":
         out = out.astype(np.float32)
     if out.dtype.kind not in "biuf":
         raise TypeError(
-            f"cannot read the values of a {type(x).__module__}.{type(x).__name__} on the host "
+            f"cannot read the values of a {what(x)} on the host "
             f"(no DLPack, and NumPy reads it as {out.dtype})"
         )
     return out

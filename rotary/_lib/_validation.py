@@ -16,7 +16,7 @@ import operator
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-from ._compat import is_array
+from ._compat import is_array, not_an_array
 from ._typing import Array, Layout, Namespace
 
 T = TypeVar("T")
@@ -154,7 +154,7 @@ def is_integral(dtype: Any) -> bool:
 
 def check_array(x: Any, name: str, what: str = "(..., head_dim)") -> None:
     if not is_array(x):
-        raise TypeError(f"{name} must be an array of shape {what}, got {type(x).__name__}")
+        raise not_an_array(name, x, f"an array of shape {what}")
     if x.ndim < 1:
         raise ValueError(f"{name} must be an array of shape {what}, got a 0-d array")
 

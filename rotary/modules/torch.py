@@ -65,6 +65,14 @@ class LearnedRoPE(torch.nn.Module):
         )
         self.freqs = torch.nn.Parameter(init)
 
+    def __prepare_scriptable__(self) -> torch.nn.Module:
+        """``torch.jit.script`` refuses clearly: rotary is Python code over the array API, which
+        TorchScript cannot compile."""
+        raise TypeError(
+            "torch.jit.script cannot compile rotary (Python code over the array API standard); use "
+            "torch.compile, torch.export.export, or torch.jit.trace (positions are data of the trace)"
+        )
+
     def forward(self, q: Any, k: Any, pos: Any, k_pos: Any = None) -> tuple[Any, Any]:
         """Rotated ``(q, k)``; see :func:`rotary.learned.apply`."""
         return self.settings.apply(q, k, pos, self.freqs, k_pos)

@@ -12,10 +12,9 @@
 
 from __future__ import annotations
 
-from .._lib._compat import to_numpy
 from . import reference
 from .asserts import assert_close, eps
-from .backends import ALL_BACKENDS, Backend, available
+from .backends import ALL_BACKENDS, Backend, available, to_numpy
 from .checks import PROPERTIES, PropertyResult, RopeReport, check_rope
 from .engine import Unsupported
 from .model import MODEL_CHECKS, ModelCheck, ModelRopeReport, check_model_rope

@@ -22,7 +22,24 @@ import numpy as np
 
 from .._lib._compat import to_numpy as _to_numpy
 
-__all__ = ["ALL_BACKENDS", "Backend", "available", "backend_params", "get", "library_path"]
+__all__ = ["ALL_BACKENDS", "Backend", "available", "backend_params", "get", "library_path", "to_numpy"]
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """A host NumPy copy of an array of any library rotary runs on (bfloat16 widened to
+    float32): the caller's own, writeable, sharing memory with nothing.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rotary.testing import to_numpy
+    >>> a = np.arange(3)
+    >>> b = to_numpy(a)
+    >>> b[0] = 7
+    >>> int(a[0])
+    0
+    """
+    return np.array(_to_numpy(x), copy=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +136,7 @@ class Backend:
 
     def to_numpy(self, x: Any) -> np.ndarray:
         """Host NumPy copy of an array of this backend (bfloat16 widened to float32)."""
-        return _to_numpy(x)
+        return to_numpy(x)
 
 
 def _module(name: str) -> Callable[[], Any]:
