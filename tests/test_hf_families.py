@@ -193,16 +193,17 @@ KEPT = {
 }
 
 
-def generate(model, ids, mask=None, **kw):
-    """Greedy ``(sequences, scores)`` of four new tokens (KV cache), or None for a model that does
-    not generate (shared with ``test_hf_census_models.py`` and ``test_hf_patch.py``)."""
+def generate(model, ids, mask=None, new=4, **kw):
+    """Greedy ``(sequences, scores)`` of ``new`` tokens (the second on from the KV cache), or None
+    for a model that does not generate (shared with ``test_hf_census_models.py`` and
+    ``test_hf_patch.py``)."""
     if not getattr(model, "can_generate", lambda: False)():
         return None
     with torch.no_grad():
         out = model.generate(
             input_ids=ids,
             attention_mask=torch.ones_like(ids) if mask is None else mask,
-            max_new_tokens=4,
+            max_new_tokens=new,
             do_sample=False,
             output_scores=True,
             return_dict_in_generate=True,
@@ -213,7 +214,7 @@ def generate(model, ids, mask=None, **kw):
 
 
 def _scores(model, ids):
-    out = generate(model, ids)
+    out = generate(model, ids, new=2)  # (a prefill and a cached step: the suite's time is short)
     return None if out is None else out[1]
 
 
