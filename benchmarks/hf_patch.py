@@ -81,28 +81,17 @@ def bench_patch(quick: bool, reps: int) -> list[Any]:
         import transformers
     except ImportError as e:
         return [{"section": "HF patch", "backend": "torch eager", "case": f"skipped: {e}"}]
+    from hf_families import BY_NAME  # (tests/: the published Llama 3.1 config.json)
+
     import rotary
 
     from ._timing import compare
     from .rope import _rows
 
     transformers.logging.set_verbosity_error()
-    cfg = transformers.LlamaConfig(
-        hidden_size=256,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_hidden_layers=2,
-        intermediate_size=512,
-        vocab_size=1024,
-        rope_theta=500000.0,
-        rope_scaling={
-            "rope_type": "llama3",
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192,
-        },
-    )
+    small = dict(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2)
+    small |= dict(intermediate_size=512, vocab_size=1024)
+    cfg = transformers.AutoConfig.for_model(**{**copy.deepcopy(BY_NAME["Llama 3.1"].config), **small})
     torch.manual_seed(0)
     base = transformers.AutoModelForCausalLM.from_config(cfg).eval()
     exact = rotary.hf.patch(copy.deepcopy(base), angles="exact")
