@@ -56,6 +56,8 @@ ENGINES = (
     "maxtext",
     "keras_hub",
     "mlx_lm",
+    "ggml",
+    "sglang",
 )
 #: The report's rows: rotary itself (the reference, checked like any engine), then the engines.
 ROWS = ("rotary_self", *ENGINES)

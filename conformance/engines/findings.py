@@ -331,4 +331,68 @@ FINDINGS: tuple[Finding, ...] = (
         "transformers' formula); no Hugging Face converter uses it.",
         "keras_hub/repro_dynamic.py",
     ),
+    Finding(
+        "ggml",
+        "YaRN ignores ``truncate``",
+        "engine bug",
+        ("yarn_no_truncate",),
+        "``ggml_rope_yarn_corr_dims`` always floors and ceils the correction range, and "
+        "``convert_hf_to_gguf.py`` writes no ``truncate`` key, so gpt-oss's ``truncate: false`` is "
+        "lost: pairs 9-17 turn at 0.997x to 1.76x transformers' rates from position 1 on (error 2.8 "
+        "at position 4096).  vLLM and sglang fixed the same "
+        "(vllm-project/vllm#28244, sgl-project/sglang#14270); no llama.cpp report found.",
+        "ggml/repro_yarn_truncate.py",
+    ),
+    Finding(
+        "ggml",
+        "dynamic NTK converts to plain RoPE",
+        "engine bug",
+        ("dynamic",),
+        "``TextModel.set_gguf_parameters`` passes over ``rope_type: dynamic`` (a comment says "
+        "HunYuan handles it in its model class) and llama.cpp has no dynamic-NTK scaling type: a "
+        "Llama checkpoint with dynamic NTK becomes a GGUF with no RoPE scaling, silently (other "
+        "unknown types log a warning).  Up to ``max_position_embeddings`` that is transformers' "
+        "result; with a larger context (``-c 8192``) every position of a longer sequence is off "
+        "(error 6.4 at position 100 of 8192 tokens).",
+        "ggml/repro_dynamic_dropped.py",
+    ),
+    Finding(
+        "ggml",
+        "LongRoPE picks its factors by the context size",
+        "engine bug",
+        ("longrope",),
+        "``llama_model::get_rope_factors`` uses the long factors when the context's ``n_ctx_seq`` "
+        "exceeds ``original_max_position_embeddings``, not by the sequence's length as transformers "
+        "does.  With the default context (the trained 131072 for Phi-3 mini 128k) a short prompt "
+        "gets the long factors (error 5.9 at position 100); with ``-c 4096`` the short ones apply "
+        "past 4096 too.",
+        "ggml/repro_longrope_context.py",
+        "ggml-org/llama.cpp#24823 (closed as stale; fix ggml-org/llama.cpp#24875 closed unmerged)",
+    ),
+    Finding(
+        "sglang",
+        "LongRoPE switches to the long factors one token late",
+        "engine bug",
+        ("longrope",),
+        "``Phi3LongRoPEScaledRotaryEmbedding.forward`` takes the long factors when "
+        "``torch.any(positions > original_max_position_embeddings)``; transformers when the "
+        "sequence is longer than it (``max(position_ids) + 1 > original_max_position_embeddings``). "
+        "A prompt of exactly 4097 tokens is rotated with the short factors at every position "
+        "(error 4.8 at position 100 against transformers' long-factor angles).  The choice is also "
+        "per batch, as in vLLM before 0.33 (vllm-project/vllm#6283).",
+        "sglang/repro_longrope_boundary.py",
+    ),
+    Finding(
+        "sglang",
+        "dynamic NTK is one static base for factor x the trained length",
+        "design choice",
+        ("dynamic",),
+        "``DynamicNTKScalingRotaryEmbedding`` computes the base transformers uses for a sequence of "
+        "``factor * max_position_embeddings`` tokens (30528 for Llama 2 with factor 2) and uses it "
+        "at every length, over a table of that many rows (positions past it raise "
+        "``IndexError``): one rotation per model keeps the KV cache valid (vLLM's original design). "
+        "transformers keeps ``rope_theta`` up to ``max_position_embeddings`` tokens: a 100-token "
+        "prompt is off by 3.3 at position 99.",
+        "sglang/repro_dynamic_static.py",
+    ),
 )

@@ -71,6 +71,14 @@ How llama.cpp maps a Hugging Face config (each step is llama.cpp's own code wher
 
 Everything else llama.cpp's runtime would use from the metadata is restated from the C++ above
 (it is compiled): the adapter cites each line it mirrors.
+
+Conformance (rotary's float64 truth, positions to 2**20 + 3, float32 and float16, angles of kind
+``"float32_recurrence"``): 11 of the 15 cases pass, GPT-J is not supported (the converter has no
+``GPTJForCausalLM``); YaRN ignores ``truncate`` (gpt-oss), dynamic NTK converts to plain RoPE,
+and LongRoPE picks its factors by the context size (see :mod:`conformance.engines.findings`).
+Each mapping step was checked by breaking it: without the q/k permutation the checker reports the
+other layout, with ``n_ctx_orig`` = ``max_position_embeddings`` it reports the wrong original length
+(``yarn_original``).
 """
 
 from __future__ import annotations
