@@ -1,7 +1,8 @@
 """sglang 0.5.23's RoPE, built the way sglang's model files build it for a Hugging Face config
 (adapter for :func:`rotary.testing.check_model_rope`; imported as ``conformance.engines.sglang``).
 
-Install (CPU, Python 3.11; measured here: MEASURED)::
+Install (CPU, Python 3.11; measured here: 405 s into a fresh venv, 2.4 GB: triton 1.0 GB, torch
+0.75 GB, sglang 0.2 GB)::
 
     python3.11 -m venv $ENGINES/sglang/venv && cd $ENGINES/sglang
     venv/bin/pip install torch==2.13.0 numpy
