@@ -236,13 +236,14 @@ FINDINGS: tuple[Finding, ...] = (
         "litgpt",
         "YaRN: the ramp inverted, the attention factor 1, ``truncate`` dropped",
         "engine bug",
-        ("yarn", "yarn_no_truncate", "yarn_mla"),
+        ("yarn", "yarn_original", "yarn_no_truncate", "yarn_mla"),
         "``build_rope_cache`` divides the high-frequency pairs by the factor and keeps the low ones "
         "(the reverse of YaRN; equal to it with the ramp reversed, to 1.7e-7); without ``mscale`` "
         "keys the attention factor is 1 (transformers: 0.1 ln s + 1); ``GPT.rope_cache`` forwards no "
         "``truncate``; and every ``CausalSelfAttention``, not only MLA's, multiplies the softmax "
         "scale by ``mscale(s, mscale_all_dim)**2``.  litgpt's own test feeds litgpt's tables to both "
-        "sides, which is how this got through.",
+        "sides, which is how this got through.  On Qwen3-8B's 128K YaRN (``yarn_original``) the "
+        "registry's ``block_size`` 40960 also refuses positions from 40960 on.",
         "litgpt/repro_yarn.py",
     ),
     Finding(
@@ -258,11 +259,11 @@ FINDINGS: tuple[Finding, ...] = (
         "maxtext",
         "the YaRN table clamps every position past ``max_position_embeddings``",
         "design choice",
-        ("yarn", "yarn_no_truncate", "yarn_mla"),
+        ("yarn", "yarn_original", "yarn_no_truncate", "yarn_mla"),
         "``YarnRotaryEmbedding`` precomputes ``freqs_cis`` for ``max_position_embeddings`` rows and "
         "gathers with ``.at[pos].get()``, which JAX clamps: every position at or past the table "
-        "rotates as its last row, silently.  Qwen2.5's config says 32768 though its YaRN targets "
-        "128K.",
+        "rotates as its last row, silently.  Qwen2.5's config says 32768 and Qwen3-8B's 40960, "
+        "though the YaRN of their model cards targets 128K.",
         "maxtext/repro_yarn_table.py",
     ),
     Finding(
