@@ -130,9 +130,28 @@ def run_calls(
             continue
         want = leaves(fn(a["q"], a["k"], a["v"], a[pk]))
         try:
-            got = [to_numpy(x) for x in leaves(fn(*(asarray(a[n]) for n in ("q", "k", "v", pk))))]
+            args = [asarray(a[n]) for n in ("q", "k", "v", pk)]
+            raw = leaves(fn(*args))
+            kind = _kind_mismatch(raw, args[0])
+            got = [to_numpy(x) for x in raw]
             e = error(got, want)
-            out.append({"name": name, "mode": mode, "passed": e <= TOL, "detail": f"max error {e:.2g}"})
+            passed = e <= TOL and kind is None
+            detail = f"max error {e:.2g}" + ("" if kind is None else f"; {kind}")
+            out.append({"name": name, "mode": mode, "passed": passed, "detail": detail})
         except Exception as ex:
             out.append({"name": name, "mode": mode, "passed": False, "detail": why(ex)})
     return out
+
+
+def _kind_mismatch(outs: list[Any], like: Any) -> str | None:
+    """Where an output is not an array of the input's type and namespace: what it is instead."""
+    import array_api_compat
+
+    want_ns = array_api_compat.array_namespace(like)
+    for o in outs:
+        if type(o) is not type(like):
+            got, want = (f"{type(a).__module__}.{type(a).__name__}" for a in (o, like))
+            return f"returned a {got} for {want} input"
+        if array_api_compat.array_namespace(o) is not want_ns:
+            return f"returned an array of namespace {array_api_compat.array_namespace(o).__name__}"
+    return None

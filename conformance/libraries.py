@@ -20,13 +20,21 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import warnings
 from typing import Any
 
 import numpy as np
 
 from .calls import CALLS, run_calls, why
 
-__all__ = ["LIBRARIES", "check_library", "format_libraries", "run_libraries"]
+__all__ = [
+    "LIBRARIES",
+    "check_library",
+    "format_libraries",
+    "format_versions",
+    "run_libraries",
+    "run_versions",
+]
 
 #: (name, module): every library ``array_api_compat`` recognises by name, then the array-API
 #: libraries rotary's suite runs that it recognises by their arrays' ``__array_namespace__``.
@@ -178,8 +186,21 @@ def run_libraries(
         if name in table:
             try:
                 path = library_path(_namespace(importlib.import_module(module)))
-            except Exception as e:  # (e.g. CuPy with no GPU)
+            except Exception as e:  # (e.g. CuPy with no GPU, an unsupported standard version)
                 path = f"? ({why(e)})"
+                out.append(
+                    {
+                        "library": name,
+                        "version": _version(module.split(".")[0]),
+                        "installed": True,
+                        "recognised": True,
+                        "path": path,
+                        "passed": None if "standard" not in path else False,
+                        "detail": "in the table, not checked: " + why(e),
+                        "in_table": True,
+                    }
+                )
+                continue
             out.append(
                 {
                     "library": name,
@@ -236,4 +257,65 @@ def format_libraries(libs: list[dict[str, Any]]) -> list[str]:
         path = f" [path: {e['path']}{mark}]" if e.get("path") else ""
         lines.append(f"  {st} {e['library']}{ver}{path}: {e['detail']}")
     lines += [f"  {'*' * (i + 1)} {n}" for i, n in enumerate(notes)]
+    return lines
+
+
+def run_versions() -> list[dict[str, Any]]:
+    """Every public function of :data:`~conformance.calls.CALLS` on array-api-strict at every
+    version of the standard it offers, with its restrictive flags (no boolean indexing, no
+    data-dependent shapes, no extensions): from rotary's oldest version on, each equals NumPy;
+    before it, each is refused with the one error naming the version ("unsupported standard
+    version"), never a crash.  Empty without array-api-strict."""
+    if not _installed("array_api_strict"):
+        return []
+    import array_api_strict as strict
+
+    from rotary._lib._compat import OLDEST_STANDARD, check_standard
+
+    out = []
+    for version in strict._flags.supported_versions:
+        flags = dict(boolean_indexing=False, data_dependent_shapes=False, enabled_extensions=())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (2021.12 is served as 2022.12: array-api-strict warns)
+            with strict.ArrayAPIStrictFlags(api_version=version, **flags):
+                if version < OLDEST_STANDARD:
+                    res = run_calls(strict.asarray, mode=version)
+                    clear = all("needs 2023.12 or later" in r["detail"] for r in res)
+                    try:
+                        check_standard(strict)
+                        said = ""
+                    except TypeError as e:
+                        said = str(e)
+                    out.append(
+                        {
+                            "version": version,
+                            "passed": clear and bool(said),
+                            "detail": f"unsupported standard version: every call refused ({said})"
+                            if clear
+                            else "crashed instead of refusing: "
+                            + "; ".join(r["detail"] for r in res if "needs 2023.12" not in r["detail"]),
+                        }
+                    )
+                    continue
+                res = run_calls(strict.asarray, mode=version)
+        bad = [r for r in res if not r["passed"]]
+        out.append(
+            {
+                "version": version,
+                "passed": not bad,
+                "detail": f"{len(res) - len(bad)}/{len(res)} public functions equal NumPy's"
+                + ("; failed: " + "; ".join(f"{r['name']}: {r['detail']}" for r in bad) if bad else ""),
+            }
+        )
+    return out
+
+
+def format_versions(entries: list[dict[str, Any]]) -> list[str]:
+    """The report's lines for the standard versions."""
+    if not entries:
+        return []
+    lines = ["array API standard versions (array-api-strict, restrictive flags):"]
+    for e in entries:
+        st = {True: "ok  ", False: "FAIL"}[e["passed"]]
+        lines.append(f"  {st} {e['version']}: {e['detail']}")
     return lines

@@ -19,7 +19,7 @@ import numpy as np
 
 from rotary.testing import ALL_BACKENDS, Backend, available
 
-from .libraries import LIBRARIES, format_libraries, run_libraries
+from .libraries import LIBRARIES, format_libraries, format_versions, run_libraries, run_versions
 from .suite import COLUMNS, Cell, backends, run_backend, run_invariants, sub_available
 
 LAYOUTS = ("half", "interleaved")
@@ -150,10 +150,24 @@ def run(
         if cells
         else sorted(s.name for col in COLUMNS for s in col.subs if not sub_available(s))
     )
+    t = time.perf_counter()
+    # (with array-api-strict among the backends: every standard version it offers)
+    versions = run_versions() if any(b.module == "array_api_strict" for b in bks) else []
+    if progress and versions:
+        bad = sum(not e["passed"] for e in versions)
+        took = time.perf_counter() - t
+        progress(f"  {'standard versions':<28} {len(versions):3d} checked, {bad} failed  ({took:.1f} s)")
+    named = set(libraries) | set(check or ())
+    for e in libs:  # (a library the user named must be checked: unchecked is a failure, with why)
+        if (e.get("extra") or e["library"] in named) and e["passed"] is None:
+            e["passed"] = False
+            e["detail"] = f"named but not checked: {e['detail']}"
     failed = (
         [c for c in cells if c.status == "fail"]
+        + [c for c in cells if c.message.startswith("unsupported standard version")]  # (not checked)
         + [i for i in invariants if i["passed"] is False]
         + [e for e in libs if e["passed"] is False]
+        + [e for e in versions if not e["passed"]]
     )
     return {
         "passed": not failed and bool(bks),
@@ -169,6 +183,7 @@ def run(
         "cells": [c.to_dict() for c in cells],
         "invariants": invariants,
         "libraries": libs,
+        "standard_versions": versions,
         "warnings": list(seen.values()),
         "n_failed": len(failed),
     }
@@ -222,6 +237,12 @@ def format_report(rep: dict[str, Any]) -> str:
             "",
             "not available in this rotary (reported, not failed): " + ", ".join(rep["not_available"]),
         ]
+    unchecked = sorted(
+        {c["backend"]: c["message"] for c in rep["cells"] if c["message"].startswith("unsupported")}.items()
+    )
+    if unchecked:
+        lines += ["", "NOT CHECKED (a failure: the run cannot vouch for them):"]
+        lines += [f"  {b}: {m}" for b, m in unchecked]
     fails = [c for c in rep["cells"] if c["status"] == "fail"]
     if fails:
         lines += ["", f"FAILURES ({len(fails)}):"]
@@ -237,6 +258,8 @@ def format_report(rep: dict[str, Any]) -> str:
         lines.append(f"  {st} {inv['name']}: {inv['detail']}")
     if rep.get("libraries"):
         lines += ["", *format_libraries(rep["libraries"])]
+    if rep.get("standard_versions"):
+        lines += ["", *format_versions(rep["standard_versions"])]
     n = len(rep["cells"])
     npass = sum(c["status"] == "pass" for c in rep["cells"])
     nna = sum(c["status"] == "n/a" for c in rep["cells"])

@@ -602,8 +602,14 @@ def run_column(col: Column, b: Backend, dtype: str) -> Cell:
 
 
 def run_backend(b: Backend, dtypes: list[str] | None = None) -> list[Cell]:
-    """Every column for every float dtype of backend ``b``."""
+    """Every column for every float dtype of backend ``b`` (each ``n/a``, saying why, where rotary
+    does not run on it: an array API standard version older than rotary's oldest)."""
     cells = []
+    why = b.unsupported()
+    if why is not None:
+        return [
+            Cell(b.name, d, col.key, "n/a", message=why) for d in dtypes or ["float32"] for col in COLUMNS
+        ]
     for dtype in dtypes or b.float_dtypes():
         for col in COLUMNS:
             cells.append(run_column(col, b, dtype))

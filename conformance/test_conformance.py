@@ -229,3 +229,68 @@ def test_vectors_option_prints_their_folder(capsys):
 
     assert report.main(["--vectors"]) == 0
     assert str(vectors.HERE) in capsys.readouterr().out
+
+
+# -- issue 35: the kit never vouches for what it did not check ---------------------------------------
+def test_a_named_library_that_cannot_be_checked_fails_the_run(tmp_path, capsys):
+    """``--library M`` where M has no arrays to make (67cca2f: "n/a ... not usable here", PASSED)."""
+    rc = report.main(
+        ["--backends", "numpy", "--libraries", "none", "--library", "json", "--out", str(tmp_path)]
+    )
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert "FAIL json" in out and "named but not checked: not usable here" in out and "PASSED" not in out
+
+
+def test_an_unsupported_standard_version_is_reported_not_crashed(tmp_path):
+    """array-api-strict set to 2022.12 (67cca2f: a crash on ``__array_namespace_info__``)."""
+    pytest.importorskip("array_api_strict")
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ARRAY_API_STRICT_API_VERSION": "2022.12"}
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "conformance",
+            "--backends",
+            "array_api_strict",
+            "--libraries",
+            "none",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr
+    assert "NOT CHECKED" in res.stdout and "unsupported standard version" in res.stdout
+    assert "standard 2022.12; rotary needs 2023.12 or later" in res.stdout
+
+
+def test_every_standard_version_is_checked_or_refused_clearly():
+    pytest.importorskip("array_api_strict")
+    from conformance.libraries import run_versions
+
+    got = {e["version"]: e for e in run_versions()}
+    assert {"2022.12", "2023.12", "2024.12"} <= set(got)
+    for version, e in got.items():
+        assert e["passed"], e
+        if version < "2023.12":
+            assert e["detail"].startswith("unsupported standard version"), e
+        else:
+            assert "public functions equal NumPy's" in e["detail"], e
+
+
+def test_the_library_check_compares_types_and_namespaces():
+    from conformance.calls import run_calls
+
+    class Sub(np.ndarray):  # a NumPy subclass: rotary's results are plain ndarrays
+        pass
+
+    res = run_calls(lambda a: np.asarray(a).view(Sub), names=("rotate",))
+    assert not res[0]["passed"] and "returned a numpy.ndarray for" in res[0]["detail"], res

@@ -98,6 +98,7 @@ def attention(
         return be.jit(_attention_jit, (0,))(statics, q, k, v, p, kp, mask)
     chk.check_qkv(arrays)
     be.check_dense([("q", q), ("k", k), ("v", v)])
+    be.check_plain([("q", q), ("k", k), ("v", v)], "attention")
     be.check_devices([("q", q), ("k", k), ("v", v)])
     causal = chk.check_bool(causal, "causal")
     if block_size is not None:

@@ -29,7 +29,8 @@ from ._lib._compat import array_namespace, device, to_numpy
 from ._lib._typing import AngleMethod
 from ._lib._typing import Layout as Pairing
 from ._math._rotation import expand_pairs
-from ._rope import Rotary
+from ._backends import backend_for
+from ._rope import RoPE, Rotary, hf_polar
 from .multiaxis import AxialRoPE, MRoPE
 
 #: ``read(config, keys, angles)``: rotary's RoPE per ``layer_type`` key of a module's config
@@ -184,6 +185,11 @@ def cos_sin(rope: Rotary, out: Output, angles: AngleMethod, x: Any, pos: Any, pa
     else:
         real = dtype
     compute = xp.float64 if angles == "exact" and real == xp.float64 else xp.float32
+    if out.layout == "complex" and angles == "float32" and isinstance(rope, RoPE) and rope.static:
+        # (transformers forms these with torch.polar, whose rounding differs from cos/sin's)
+        be = backend_for(xp)
+        z = hf_polar(rope, pos, be, device(x))
+        return z if z.dtype == dtype else xp.astype(z, dtype)
     c, s = rope.cos_sin(pos, dtype=compute)
     if out.sin_negated:
         s = -s

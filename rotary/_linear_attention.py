@@ -300,6 +300,7 @@ def _namespace(*q: Any, k: Any, v_: Any) -> Namespace:
     chk.check_qkv(arrays)
     be = backend_for(xp)
     be.check_dense([(n, x) for n, x, _ in arrays])
+    be.check_plain([(n, x) for n, x, _ in arrays], "linear attention")
     be.check_devices([(n, x) for n, x, _ in arrays])
     return xp
 

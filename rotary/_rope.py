@@ -22,7 +22,7 @@ from ._lib import _validation as v
 from ._lib._cache import MISSING, fast_paths_enabled, get_or_build, memo_add, memo_get
 from ._lib._compat import array_namespace, as_namespace, is_array, library_name, namespace_of
 from ._lib._typing import AngleMethod, Array, Device, DType, Layout, Namespace, PartialMode, RotaryEmbedding
-from ._math._angles import float32_recipe
+from ._math._angles import float32_angles, float32_recipe
 from ._math._rotation import expand_pairs
 from .scaling import Scaling, as_fields, from_fields, resolve
 
@@ -567,6 +567,18 @@ class RoPE(Rotary):
         if self._af != 1.0:
             c, s = c * self._af, s * self._af
         return c, s
+
+
+def hf_polar(rope: RoPE, pos: Array, be: Backend, dev: Device) -> Array:
+    """Hugging Face's complex form of its float32 recipe, bit for bit: ``polar(1, angle)`` times
+    the attention factor (DeepSeek-V2's and Llama 4's rotary embeddings); a static configuration
+    with ``angles="float32"`` only."""
+    cfg = rope.config
+    if cfg.angles != "float32" or cfg.scaling.dynamic:
+        raise ValueError("hf_polar: a static configuration with angles='float32' only")
+    inv32 = be.constant(build_constant, cfg, "float32_inv", dev, be.xp.float32)
+    z = be.polar(float32_angles(pos, inv32, xp=be.xp))
+    return z * rope._af if rope._af != 1.0 else z
 
 
 def _static_cos_sin(

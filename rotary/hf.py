@@ -85,13 +85,11 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import numpy as np
-
 from . import _hf_patch, positions
 from ._hf_patch import PatchedModule, PatchReport
 from ._hfconfig import LayerSpec, _as_dict, hf_rope_parameters, model_spec, mrope_index_options, mrope_spec
 from ._lib import _validation as v
-from ._lib._compat import array_namespace, is_array
+from ._lib._compat import array_namespace, host_values, is_array
 from ._lib._typing import AngleMethod, Array
 from ._rope import RoPE, Rotary
 from .multiaxis import MRoPE
@@ -377,7 +375,7 @@ def mrope_index(
     """
     opts = mrope_index_options(config)
     if not is_array(input_ids):
-        input_ids = np.asarray(input_ids)
+        input_ids = host_values(input_ids, "input_ids")
     xp = array_namespace(input_ids)
     if input_ids.ndim != 2 or not v.is_integral(input_ids.dtype):
         raise ValueError(
@@ -481,9 +479,8 @@ def patch(model: Any, *, angles: AngleMethod = "exact", strict: bool = True) -> 
         model's own float32 recipe is off by 0.06 rad at 2**20 and 1 rad at 2**24), so the
         logits stay at the network's own float32 rounding at every position (the bound of
         :doc:`/guides/numerics`); cos/sin in float64 for a float64 model.  ``"float32"``:
-        transformers' own recipe, bit for bit the unpatched model's outputs (within
-        ``torch.polar``'s rounding, one ulp of cos/sin, for the complex-frequency DeepSeek-V2
-        and Llama 4).
+        transformers' own recipe, bit for bit the unpatched model's outputs (the
+        complex-frequency DeepSeek-V2 and Llama 4 through ``torch.polar``, as they form them).
     strict : bool
         ``False``: leave the modules rotary cannot serve as they are, listed with their reason in
         ``model.rotary_patch.kept`` (vision towers whose RoPE rotary does not read, for example).

@@ -142,7 +142,7 @@ def convert_layout(
         )
     if src == dst:
         return x
-    if be.lazy:  # one task per block of whole heads
+    if be.lazy or be.composite(x):  # one task per block of whole heads (per part)
         kernel = functools.partial(convert_layout, src=src, dst=dst, axis=ax, head_dim=hd, rotary_dim=r)
         return be.map_heads(kernel, x, axis=ax, head_dim=hd)
     perm = permutation(src, dst, hd, r)

@@ -33,7 +33,7 @@ from ._backends import backend_for
 from ._lib import _validation as v
 from ._lib._compat import array_namespace, as_namespace, is_array, library_name, namespace_of
 from ._lib._typing import Array, Device, DType, Layout, Namespace
-from ._math._rotation import expand_pairs, rotate_pairs
+from ._math._rotation import expand_pairs
 from ._rope import RoPE, eager_positions
 
 __all__ = ["Settings", "apply", "cos_sin", "frequencies", "rotate", "xpos_scale"]
@@ -138,7 +138,7 @@ def _rotate(
     c, s = _cos_sin(xp, p, freqs, cdt)
     lead = tuple(x.shape[:-1])
     v.check_broadcast(tuple(c.shape[:-1]), lead, "the angles (pos with freqs)", "x")
-    out = rotate_pairs(x, c, s, layout=layout, rotary_dim=r, xp=xp)
+    out = be.rotate(x, c, s, layout=layout, rotary_dim=r)  # (composite arrays served part by part)
     if scale is not None:
         out = out * (scale if scale.dtype == out.dtype else xp.astype(scale, out.dtype))
     return out

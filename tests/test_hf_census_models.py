@@ -5,9 +5,8 @@ with rotary's cos/sin in every rotary embedding module, so the layer types, NoPE
 slices, M-RoPE position rows (2 or 3, different at image positions) and partial widths reach
 every attention as ``rotary`` reads them.
 
-Not bit for bit, with the reason: DeepSeek-V2 and Llama 4 take ``torch.polar(1, angles)``, whose
-cos/sin round differently from ``torch.cos``/``torch.sin`` (the census's "close"); their outputs
-agree within 8 float32 ulps of the largest logit (measured: 0.8 and 2.0).  HunYuan-VL is refused
+DeepSeek-V2 and Llama 4 take ``torch.polar(1, angles)``, whose cos/sin round differently from
+``torch.cos``/``torch.sin``: the patch forms them with ``polar`` too, bit for bit.  HunYuan-VL is refused
 (its XD-RoPE is not a rotation at image positions: the census's "text only").  The families
 ``rotary`` supported before the census are patched in ``test_hf_families.py``.
 """
@@ -220,10 +219,6 @@ REFUSED = {"hunyuan_vl": "HunYuanVLRotaryEmbedding, model type 'hunyuan_vl_text'
 NO_GENERATE = {"blt"}
 #: Speech-to-text families: audio in, the decoder's tokens.
 SPEECH = {"moonshine", "moonshine_streaming"}
-#: Families whose modules give ``torch.polar(1, angles)``: its cos/sin round differently from
-#: ``torch.cos``/``torch.sin`` (at most an ulp, the census's "close"), so the outputs agree to
-#: float32 rounding of that, not bit for bit.
-COMPLEX = {"deepseek_v2", "llama4"}
 #: Composite configs built whole (BLT's four sub-models, each with its own RoPE): model type ->
 #: the config class and its tiny sub-configs.
 _BLT_SUB = dict(
@@ -304,10 +299,5 @@ def test_tiny_model_outputs_unchanged(name):
         want_gen = None if name in SPEECH | NO_GENERATE else _generate(model, ids)
     assert calls, "the model never called its rotary embedding"
     pairs = [(want, got)] + ([(want_gen, got_gen)] if want_gen is not None else [])
-    for a, b in pairs:
-        if name in COMPLEX:
-            eps = float(torch.finfo(torch.float32).eps)
-            diff = float((a - b).abs().max())
-            assert diff <= 8 * eps * float(a.abs().max()), (diff, diff / eps / float(a.abs().max()))
-        else:
-            assert torch.equal(a, b), float((a - b).abs().max())
+    for a, b in pairs:  # (DeepSeek-V2 and Llama 4 too: their torch.polar form, bit for bit)
+        assert torch.equal(a, b), float((a - b).abs().max())

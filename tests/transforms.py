@@ -342,6 +342,19 @@ def t_make_fx(F, xs, i, ws, t, u):  # type: ignore[no-untyped-def]
     return tuple(make_fx(F, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*xs)(*xs))
 
 
+def t_make_fx_real(F, xs, i, ws, t, u):  # type: ignore[no-untyped-def]
+    """``make_fx`` in its real mode, traced at other values (``1.5 x + 0.25``), run at ``xs``."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return tuple(make_fx(F, tracing_mode="real")(*(x * 1.5 + 0.25 for x in xs))(*xs))
+
+
+def t_make_fx_fake(F, xs, i, ws, t, u):  # type: ignore[no-untyped-def]
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return tuple(make_fx(F, tracing_mode="fake", _allow_non_fake_inputs=True)(*xs)(*xs))
+
+
 def t_export(F, xs, i, ws, t, u):  # type: ignore[no-untyped-def]
     """``torch.export`` (non-strict), ``save``, ``load``, run."""
     import torch
@@ -409,6 +422,8 @@ TORCH_TRANSFORMS: dict[str, tuple[Callable[..., tuple[Any, ...]], str]] = {
     "compile backward": (t_compile_backward, "grads"),
     "make_fx symbolic": (t_make_fx, "value"),
     "export save load": (t_export, "value"),
+    "make_fx real": (t_make_fx_real, "value"),
+    "make_fx fake": (t_make_fx_fake, "value"),
     "jit.trace": (t_jit_trace, "value"),
     "fx.symbolic_trace refused": (t_fx_symbolic_trace, "value"),
 }

@@ -21,7 +21,7 @@ from typing import Any
 import array_api_compat.numpy as _np_xp
 import numpy as np
 
-__all__ = ["WArray", "make_library", "peek"]
+__all__ = ["UnhashableDevice", "WArray", "make_library", "peek"]
 
 __array_api_version__ = "2024.12"
 
@@ -140,11 +140,35 @@ class _Info:
         return _np_xp.__array_namespace_info__().dtypes(kind=kind)
 
 
-def make_library(name: str, *, readable: bool = True) -> types.ModuleType:
+class UnhashableDevice:
+    """A device object that cannot be hashed (``__eq__`` without ``__hash__``), as some libraries'."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, UnhashableDevice)
+
+    def __repr__(self) -> str:
+        return "UnhashableDevice()"
+
+
+def make_library(
+    name: str,
+    *,
+    readable: bool = True,
+    lacking: tuple[str, ...] = (),
+    device: Any = "cpu",
+    version: str = __array_api_version__,
+) -> types.ModuleType:
     """A new array library ``name`` (a module object, registered in ``sys.modules``) with its own
-    array class; ``readable=False``: values that cannot be read."""
+    array class; ``readable=False``: values that cannot be read; ``lacking``: functions it does
+    not have (a half-compliant library); ``device``: its one device object."""
     lib = types.ModuleType(name, f"wraparray library {name!r}")
-    cls: type[WArray] = type(f"WArray_{name.replace('.', '_')}", (WArray,), {"__slots__": (), "_lib": lib})
+    cls: type[WArray] = type(
+        f"WArray_{name.replace('.', '_')}",
+        (WArray,),
+        {"__slots__": (), "_lib": lib, "device": property(lambda self: device)},
+    )
     if not readable:
         for dunder in ("__bool__", "__int__", "__float__", "__index__", "__dlpack__", "__array__", "__len__"):
             setattr(cls, dunder, _refuse)
@@ -169,7 +193,7 @@ def make_library(name: str, *, readable: bool = True) -> types.ModuleType:
         return call
 
     def getattr_(attr: str) -> Any:
-        if attr.startswith("__"):
+        if attr.startswith("__") or attr in lacking:
             raise AttributeError(attr)
         value = getattr(_np_xp, attr)
         if isinstance(value, types.FunctionType) or (callable(value) and not isinstance(value, type)):
@@ -180,7 +204,7 @@ def make_library(name: str, *, readable: bool = True) -> types.ModuleType:
     lib.__dict__.update(
         __getattr__=getattr_,
         __array_namespace_info__=lambda: info,
-        __array_api_version__=__array_api_version__,
+        __array_api_version__=version,
         WArray=cls,
     )
     sys.modules[name] = lib

@@ -46,6 +46,18 @@ ConstantBuilder = Callable[[Any, str, Namespace, Device, DType], Array]
 POSITION_TABLE_MAX = 1 << 15
 
 
+#: What to do with a composite array where only plain ones are served (:meth:`Backend.check_plain`).
+_PLAIN_HINTS = {
+    "distributed tensor (DTensor)": (
+        "Pass x.to_local() where each rank holds whole sequences (sharded on batch or heads), or "
+        "x.full_tensor(); sequence parallelism: rotary.distributed.context_parallel_linear_attention"
+    ),
+    "masked array": (
+        "Pass the data (x.filled(0)) with the mask as mask= (attention) or key_mask= (linear attention)"
+    ),
+}
+
+
 class Backend:
     """The array-API backend of one namespace ``xp`` (NumPy-like eager semantics)."""
 
@@ -60,12 +72,16 @@ class Backend:
         #: The namespace in cache keys: the namespace itself (a library may make several, each
         #: with its own array class: marray's ``masked_namespace``).
         self.key: Hashable = (self.name, xp)
-        # A library that cannot give data-dependent shapes builds graphs (cubed, JAX): its
-        # values are never read eagerly, whatever a probe of one array says.
-        self.values_readable = bool(capability(xp, "data-dependent shapes", True))
 
     def __repr__(self) -> str:
         return f"<rotary backend {self.name}>"
+
+    @property
+    def values_readable(self) -> bool:
+        """A library that cannot give data-dependent shapes builds graphs (cubed, JAX): its values
+        are never read eagerly, whatever a probe of one array says.  Read at each call (a library
+        may change it at run time: array-api-strict's flags)."""
+        return bool(capability(self.xp, "data-dependent shapes", True))
 
     # -- devices and dtypes ------------------------------------------------------------------
     def creation_device(self, x: Array) -> Device:
@@ -98,6 +114,24 @@ class Backend:
 
     def check_dense(self, arrays: list[tuple[str, Array]]) -> None:
         """The named arrays are dense (strided), not sparse."""
+
+    def composite(self, x: Array) -> str | None:
+        """What ``x`` is, where it is an array made of parts that rotary serves part by part (the
+        rotations, :meth:`rotate` and :meth:`map_heads`): torch's DTensor (a shard per rank),
+        NumPy's masked arrays (data and mask); ``None`` for a plain array."""
+        return None
+
+    def check_plain(self, arrays: list[tuple[str, Array]], what: str) -> None:
+        """``what`` (a computation summing over the sequence) takes no composite array
+        (:meth:`composite`): a ``TypeError`` naming it and what to do."""
+        for name, a in arrays:
+            kind = self.composite(a)
+            if kind is not None:
+                raise TypeError(
+                    f"{name} is a {kind}: {what} sums over the sequence, which rotary serves for plain "
+                    f"arrays only (rotate, apply and convert_layout serve a {kind} part by part). "
+                    + _PLAIN_HINTS.get(kind, "")
+                )
 
     def check_devices(self, arrays: list[tuple[str, Array]]) -> None:
         """The named arrays share one device (``ValueError`` naming them otherwise)."""
@@ -218,6 +252,13 @@ class Backend:
     def map_heads(self, kernel: Callable[[Array], Array], x: Array, *, axis: int, head_dim: int) -> Array:
         """``kernel(x)``; lazy backends run it on blocks of whole heads along ``axis``."""
         return kernel(x)
+
+    def polar(self, angles: Array) -> Array:
+        """``cos(angles) + i sin(angles)`` as the library forms it (torch: ``torch.polar``, whose
+        rounding Hugging Face's complex RoPEs return; here the standard's functions)."""
+        xp = self.xp
+        z = xp.complex128 if angles.dtype == xp.float64 else xp.complex64
+        return xp.astype(xp.cos(angles), z) + xp.astype(xp.sin(angles), z) * 1j
 
     def materialize(self, c: Array, s: Array) -> tuple[Array, Array]:
         """cos/sin computed once, before the rotation reads them (a compiler may otherwise fuse

@@ -14,6 +14,7 @@ import numpy as np
 
 from .._lib._cache import fast_paths_enabled
 from .._lib._typing import Array, DType, Layout
+from .._math._rotation import pair_partners
 from . import _eager
 from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, _check_host
 
@@ -40,6 +41,10 @@ def _plain(*arrays: Any) -> bool:
 
 
 class NumpyBackend(Backend):
+    @property
+    def values_readable(self) -> bool:
+        return True  # (eager, always)
+
     def fast(self, *inputs: Any, grads: tuple[Any, ...] = ()) -> bool:
         """:func:`rotary.fast_paths` on and every input a plain ``numpy.ndarray``: subclasses
         (masked arrays, matrices, a user's ``__array_ufunc__``) take the generic code."""
@@ -60,6 +65,11 @@ class NumpyBackend(Backend):
         return "cpu"
 
     def positions(self, pos: Any, *, name: str, device: Any) -> tuple[Array, tuple[int, int] | None]:
+        if isinstance(pos, np.ma.MaskedArray):
+            raise TypeError(
+                f"{name} is a masked array: a masked position has no angle; pass the positions of "
+                f"the tokens (e.g. {name}.filled(0)) and mask the data instead"
+            )
         if type(pos) is np.ndarray and pos.dtype.kind in "iuf":
             return pos, _check_host(pos, name)
         return super().positions(pos, name=name, device=device)
@@ -67,7 +77,24 @@ class NumpyBackend(Backend):
     def check_devices(self, arrays: list[tuple[str, Array]]) -> None:
         return None  # one device
 
+    def composite(self, x: Array) -> str | None:
+        return "masked array" if isinstance(x, np.ma.MaskedArray) else None
+
+    def map_heads(self, kernel: Callable[[Array], Array], x: Array, *, axis: int, head_dim: int) -> Array:
+        if not isinstance(x, np.ma.MaskedArray):
+            return kernel(x)
+        # (a permutation of features: the mask moves with its feature)
+        return np.ma.MaskedArray(kernel(np.ma.getdata(x)), mask=kernel(np.ma.getmaskarray(x)))
+
     def rotate(self, x: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int) -> Array:
+        if isinstance(x, np.ma.MaskedArray):
+            # A rotated feature is masked where it or its pair partner is (marray's rule: each
+            # output reads both); the data, masked values included, rotate as a plain array.
+            mask = np.ma.getmaskarray(x)
+            out = self.rotate(np.ma.getdata(x), c, s, layout=layout, rotary_dim=rotary_dim)
+            partner = np.arange(x.shape[-1])
+            partner[:rotary_dim] = np.asarray(pair_partners(layout, rotary_dim))
+            return np.ma.MaskedArray(out, mask=mask | mask[..., partner])
         if not self.fast(x, c, s):
             return super().rotate(x, c, s, layout=layout, rotary_dim=rotary_dim)
         out_dtype = x.dtype

@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import operator
 import os
+import sys
 import threading
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
@@ -376,6 +377,59 @@ class _CustomGrad(torch.autograd.Function):  # type: ignore[misc]
         return (None, None, *ctx.backward_fn(*grads))
 
 
+# -- DTensor: rotated shard by shard ---------------------------------------------------------------
+def _is_dtensor(x: Any) -> bool:
+    """``x`` is a ``torch.distributed.tensor.DTensor`` (never imports the module)."""
+    m = sys.modules.get("torch.distributed.tensor")
+    return m is not None and isinstance(x, m.DTensor)
+
+
+def _global_positions(pos: Any) -> Any:
+    """Positions given as a DTensor: their global values, as a plain tensor (differentiable)."""
+    return pos.full_tensor() if _is_dtensor(pos) else pos
+
+
+def _check_placements(x: Any, name: str, axis: int = -1) -> None:
+    """The placements a rotation (or a layout conversion) along ``axis`` serves shard by shard:
+    ``Shard`` of any other axis, ``Replicate``, and ``Partial`` sums or means (both are linear)."""
+    axis %= x.ndim
+    for p in x.placements:
+        if p.is_shard() and p.dim % x.ndim == axis:
+            raise ValueError(
+                f"{name} is a DTensor sharded on the feature axis {axis} ({p}): a rotation mixes "
+                f"features of different shards; redistribute it (e.g. {name}.redistribute(placements="
+                "[Replicate()])) or shard batch, heads or sequence instead"
+            )
+        if p.is_partial() and getattr(p, "reduce_op", "sum") not in ("sum", "avg"):
+            raise ValueError(
+                f"{name} is a DTensor with pending reduction {p}, which a rotation does not commute "
+                f"with; reduce it first ({name}.redistribute(placements=[Replicate()]))"
+            )
+
+
+def _shard_rotate(x: Any, c: Any, s: Any, rotate: Callable[[Any, Any, Any], Any], name: str) -> Any:
+    """``rotate`` of each rank's shard of the DTensor ``x`` by the cos/sin (plain tensors broadcast
+    against ``x.shape[:-1]``) of its own rows, as a DTensor of ``x``'s mesh and placements."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    _check_placements(x, name)
+    if _is_dtensor(c):
+        c, s = c.full_tensor(), s.full_tensor()
+    shape, offset = compute_local_shape_and_global_offset(x.shape, x.device_mesh, x.placements)
+
+    def local(t: Any) -> Any:
+        t = t.reshape((1,) * (x.ndim - t.ndim) + tuple(t.shape))
+        rows = tuple(
+            slice(None) if t.shape[d] == 1 else slice(offset[d], offset[d] + shape[d])
+            for d in range(x.ndim - 1)
+        )
+        return t[rows]
+
+    out = rotate(x.to_local(), local(c), local(s))
+    return DTensor.from_local(out, x.device_mesh, x.placements, shape=x.shape, stride=x.stride())
+
+
 def _scalar(p: Any) -> bool:
     return isinstance(p, (int, float)) and not isinstance(p, bool)
 
@@ -399,6 +453,18 @@ class TorchBackend(Backend):
     def is_concrete(self, x: Array) -> bool:
         # (never inside a trace: a value read there would specialise the graph to its example)
         return _untraced() and _real(x) and x.device.type == "cpu"
+
+    def composite(self, x: Array) -> str | None:
+        return "distributed tensor (DTensor)" if _is_dtensor(x) else None
+
+    def map_heads(self, kernel: Callable[[Array], Array], x: Array, *, axis: int, head_dim: int) -> Array:
+        if not _is_dtensor(x):
+            return kernel(x)
+        from torch.distributed.tensor import DTensor
+
+        _check_placements(x, "x", axis)
+        out = kernel(x.to_local())
+        return DTensor.from_local(out, x.device_mesh, x.placements, shape=x.shape, stride=x.stride())
 
     def check_dense(self, arrays: list[tuple[str, Array]]) -> None:
         from .._lib._validation import not_dense
@@ -442,6 +508,8 @@ class TorchBackend(Backend):
         return super().position_shape(pos, name=name)
 
     def positions(self, pos: Any, *, name: str, device: Device) -> tuple[Array, tuple[int, int] | None]:
+        if _is_dtensor(pos):  # (positions are few: their global values on every rank)
+            pos = _global_positions(pos)
         compiling = torch.compiler.is_compiling()
         if (  # decoding: one integer position in a plain CPU tensor (the generic steps, fewer calls)
             not compiling
@@ -495,7 +563,14 @@ class TorchBackend(Backend):
     def fast(self, *inputs: Any, grads: tuple[Any, ...] = ()) -> bool:
         return fast(*inputs, grads=grads)
 
+    def polar(self, angles: Array) -> Array:
+        return torch.polar(torch.ones_like(angles), angles)
+
     def rotate(self, x: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int) -> Array:
+        if _is_dtensor(x):  # (each rank rotates its shard: DTensor in, DTensor out)
+            return _shard_rotate(
+                x, c, s, lambda a, b, d: self.rotate(a, b, d, layout=layout, rotary_dim=rotary_dim), "x"
+            )
         if not (fast(x, c, s) and x.is_cpu and c.is_cpu):
             return super().rotate(x, c, s, layout=layout, rotary_dim=rotary_dim)
         out_dtype = x.dtype
@@ -518,6 +593,11 @@ class TorchBackend(Backend):
     def rotate_both(
         self, q: Array, k: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int
     ) -> tuple[Array, Array]:
+        if _is_dtensor(q) or _is_dtensor(k):
+            return (
+                self.rotate(q, c, s, layout=layout, rotary_dim=rotary_dim),
+                self.rotate(k, c, s, layout=layout, rotary_dim=rotary_dim),
+            )
         if not (  # (fast first: under a trace, sizes are symbolic and a comparison would guard them)
             fast(q, k, c, s)
             and layout == "half"

@@ -194,16 +194,27 @@ def get_or_build(key: Hashable, build: Callable[[], tuple[V, int]], kind: StateK
     modes); its value is stored only when that scope is a plain eager one
     (:func:`context_clean`).  The value returned is made valid in the caller's context.
     """
-    if kind not in _OFF:
+    hashable = _hashable(key)
+    if kind not in _OFF and hashable:
         hit = _CACHE.get(key)
         if hit is not None:
             return _adapt(hit)
     with _build_scope():
         value, nbytes = build()
-        keep = kind not in _OFF and context_clean()
+        # (a key that cannot be hashed, e.g. a library's unhashable device object, is never
+        # stored: the value is built for each call, never guessed from another key)
+        keep = kind not in _OFF and hashable and context_clean()
     if keep:  # (read-only where the library allows: a stored value is rotary's, never the caller's)
         _CACHE.put(key, _compat.freeze(value), nbytes)
     return _adapt(value)
+
+
+def _hashable(key: Hashable) -> bool:
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True
 
 
 def cache_info() -> CacheInfo:

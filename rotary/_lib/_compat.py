@@ -18,9 +18,13 @@ import numpy as np
 from ._typing import Array, Device, Namespace
 
 __all__ = [
+    "OLDEST_STANDARD",
+    "REQUIRED",
+    "MissingFunction",
     "array_namespace",
     "as_namespace",
     "capability",
+    "check_standard",
     "device",
     "freeze",
     "host_values",
@@ -140,6 +144,25 @@ def host_values(x: object, name: str) -> np.ndarray:
     return np.asarray(x)
 
 
+#: The oldest version of the array API standard rotary runs on (``cumulative_sum``, ``clip`` and
+#: ``__array_namespace_info__`` are from 2023.12; Python scalars as function arguments, from
+#: 2024.12, are not used: only operators take them).
+OLDEST_STANDARD = "2023.12"
+
+
+def check_standard(xp: Namespace) -> Namespace:
+    """``xp``, where it implements :data:`OLDEST_STANDARD` or later (or does not say which); else a
+    ``TypeError`` naming the version (array-api-strict can be set to older ones)."""
+    version = getattr(xp, "__array_api_version__", None)
+    if isinstance(version, str) and version < OLDEST_STANDARD:
+        raise TypeError(
+            f"{getattr(xp, '__name__', xp)} implements the array API standard {version}; rotary needs "
+            f"{OLDEST_STANDARD} or later (array-api-strict: "
+            f"set_array_api_strict_flags(api_version='{OLDEST_STANDARD}') or newer)"
+        )
+    return xp
+
+
 def library_name(xp: Namespace) -> str:
     """Short name of a namespace: numpy, torch, jax, cupy, dask or array_api_strict."""
     name = getattr(xp, "__name__", "")
@@ -170,7 +193,7 @@ def namespace_of(*arrays: Any, names: tuple[str, ...]) -> Namespace:
         return torch_xp
     hit = _BY_TYPE.get(t)
     if hit is not None and all(type(a) is t for a in arrays[1:]):
-        return hit
+        return check_standard(hit)
     for name, a in zip(names, arrays, strict=True):
         if not is_array(a):
             raise not_an_array(name, a, "an array of shape (..., head_dim)")
@@ -194,14 +217,14 @@ def array_namespace(*arrays: Any, names: tuple[str, ...] = ()) -> Namespace:
     if one is not None:
         hit = _BY_TYPE.get(one)
         if hit is not None:
-            return hit
+            return check_standard(hit)
     real = []
     for i, a in enumerate(arrays):
         if is_array(a):
             real.append((i, a))
         elif not is_host_positions(a):
-            label = names[i] if i < len(names) else f"argument {i}"
-            raise not_an_array(label, a, "an array, a number or a sequence of numbers")
+            arg = names[i] if i < len(names) else f"argument {i}"
+            raise not_an_array(arg, a, "an array, a number or a sequence of numbers")
     if not real:
         return array_api_compat.array_namespace(np.empty(0))
     if all(_torch_tensor(a) for _, a in real):
@@ -217,7 +240,7 @@ def array_namespace(*arrays: Any, names: tuple[str, ...] = ()) -> Namespace:
             f"arrays must all come from the same array library; got {kinds}. "
             "Convert them to one library first (positions may also be NumPy arrays or Python values)."
         ) from None
-    xp = _mended(xp)
+    xp = check_standard(_mended(xp))
     if (
         one is not None
         and len(real) == len([a for a in arrays if a is not None])
@@ -249,7 +272,59 @@ def register_mender(library: str, mend: Any, *, device_of: Any = None) -> None:
 
 def _mended(xp: Namespace) -> Namespace:
     mend = _MENDERS.get(getattr(xp, "__name__", ""))
-    return xp if mend is None else mend(xp)
+    return _complete(xp if mend is None else mend(xp))
+
+
+#: What rotary reads from a namespace (functions and dtypes of the standard's 2023.12 version).
+REQUIRED = (
+    "abs", "any", "arange", "asarray", "astype", "broadcast_to", "clip", "concat", "cos",
+    "cumulative_sum", "empty", "exp", "expand_dims", "finfo", "floor", "full_like", "iinfo",
+    "isdtype", "isfinite", "log", "log1p", "logical_and", "logical_not", "matmul",
+    "matrix_transpose", "max", "maximum", "mean", "minimum", "ones", "ones_like", "reshape",
+    "searchsorted", "sin", "sqrt", "squeeze", "stack", "sum", "take", "where", "zeros",
+    "zeros_like", "bool", "float32", "int32",
+)  # fmt: skip
+
+
+class MissingFunction(TypeError):
+    """A namespace lacks a function rotary needs (raised where rotary reads it)."""
+
+
+class _Incomplete:
+    """A namespace that lacks some of :data:`REQUIRED`: everything read through, and reading a
+    missing name raises :class:`MissingFunction` naming it and the library (rather than an
+    ``AttributeError``, or a misleading error from a fallback, deep inside rotary)."""
+
+    def __init__(self, xp: Namespace, missing: tuple[str, ...]) -> None:
+        self.__dict__.update(_xp=xp, _missing=missing)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return getattr(self._xp, name)
+        except AttributeError:
+            lib = getattr(self._xp, "__name__", repr(self._xp))
+            raise MissingFunction(
+                f"{lib} has no {name}, which rotary needs (the array API standard's {name}; this "
+                f"namespace also lacks {', '.join(m for m in self._missing if m != name) or 'nothing else'})"
+            ) from None
+
+    def __repr__(self) -> str:
+        return f"<{self._xp!r}, lacking {', '.join(self._missing)}>"
+
+
+_COMPLETED: dict[int, tuple[Namespace, Namespace]] = {}
+
+
+def _complete(xp: Namespace) -> Namespace:
+    """``xp``, or the :class:`_Incomplete` view of it where it lacks part of :data:`REQUIRED` (one
+    per namespace, so that lookups compare equal)."""
+    hit = _COMPLETED.get(id(xp))
+    if hit is not None and hit[0] is xp:
+        return hit[1]
+    missing = tuple(n for n in REQUIRED if not hasattr(xp, n))
+    out: Any = _Incomplete(xp, missing) if missing else xp
+    _COMPLETED[id(xp)] = (xp, out)
+    return out
 
 
 def as_namespace(xp: Any) -> Namespace:
@@ -269,9 +344,9 @@ def as_namespace(xp: Any) -> Namespace:
         return numpy_xp
     if name in ("cupy", "dask.array"):
         return importlib.import_module(f"array_api_compat.{name}")
-    if not hasattr(xp, "asarray") or not hasattr(xp, "__array_namespace_info__"):
+    if not hasattr(xp, "asarray"):
         raise TypeError(f"xp must be an array-API namespace, got module {name!r}")
-    return _mended(xp)
+    return check_standard(_mended(xp))
 
 
 def capability(xp: Namespace, name: str, default: Any) -> Any:

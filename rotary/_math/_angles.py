@@ -210,7 +210,9 @@ def exact_cos_sin(
         digits = []
         rest = whole
         for _ in range(LEVELS - 1):
-            digits.append(xp.astype(xp.remainder(rest, float(RADIX)), xp.int32))
+            # (an operator: a Python scalar operand is standard in operators at every version, in
+            # functions such as remainder only from 2024.12)
+            digits.append(xp.astype(rest % float(RADIX), xp.int32))
             rest = xp.floor(rest / RADIX)
         top_negative = rest < 0
         digits.append(xp.astype(xp.abs(rest), xp.int32))  # at most 4096: the tables' last row
@@ -259,7 +261,12 @@ _UNKNOWN_HINT = (
 )
 
 
+def float32_angles(pos: Array, inv32: Array, *, xp: Namespace) -> Array:
+    """Hugging Face's angles: ``float32(pos)[..., None] * inv32``."""
+    return xp.astype(pos, xp.float32)[..., None] * inv32
+
+
 def float32_recipe(pos: Array, inv32: Array, *, xp: Namespace) -> tuple[Array, Array]:
-    """Hugging Face's recipe: ``angle = float32(pos)[..., None] * inv32``, cos/sin in float32."""
-    ang = xp.astype(pos, xp.float32)[..., None] * inv32
+    """Hugging Face's recipe: :func:`float32_angles`, cos/sin in float32."""
+    ang = float32_angles(pos, inv32, xp=xp)
     return xp.cos(ang), xp.sin(ang)

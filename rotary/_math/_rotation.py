@@ -6,7 +6,7 @@ from __future__ import annotations
 from .._lib._compat import device, index_dtype
 from .._lib._typing import Array, Layout, Namespace
 
-__all__ = ["LAYOUTS", "expand_pairs", "permutation", "rotate_pairs"]
+__all__ = ["LAYOUTS", "expand_pairs", "pair_partners", "permutation", "rotate_pairs"]
 
 LAYOUTS: tuple[Layout, ...] = ("half", "interleaved")
 
@@ -89,6 +89,15 @@ def expand_pairs(c: Array, layout: Layout, xp: Namespace) -> Array:
         return xp.take(c, _index([i for i in range(c.shape[-1]) for _ in (0, 1)], c, xp), axis=-1)
     st = xp.stack([c, c], axis=-1)
     return xp.reshape(st, (*st.shape[:-2], st.shape[-2] * 2))
+
+
+def pair_partners(layout: Layout, rotary_dim: int) -> list[int]:
+    """``partner[j]``: the feature rotated with feature ``j < rotary_dim`` (``j + r/2`` and back in
+    the half layout, ``j ^ 1`` interleaved); each output feature reads itself and its partner."""
+    h = rotary_dim // 2
+    if layout == "half":
+        return [j + h if j < h else j - h for j in range(rotary_dim)]
+    return [j ^ 1 for j in range(rotary_dim)]
 
 
 def permutation(src: Layout, dst: Layout, head_dim: int, rotary_dim: int) -> list[int]:

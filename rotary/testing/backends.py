@@ -138,6 +138,17 @@ class Backend:
         """Host NumPy copy of an array of this backend (bfloat16 widened to float32)."""
         return to_numpy(x)
 
+    def unsupported(self) -> str | None:
+        """Why rotary cannot run on this backend here (its namespace implements a standard
+        version older than rotary's oldest), or ``None``."""
+        from .._lib._compat import check_standard
+
+        try:
+            check_standard(self.xp)
+        except TypeError as e:
+            return f"unsupported standard version: {e}"
+        return None
+
 
 def _module(name: str) -> Callable[[], Any]:
     return functools.partial(importlib.import_module, name)
@@ -228,7 +239,10 @@ def _installed(b: Backend) -> bool:
     if b.name in ("array_api_strict_no_float64", "array_api_strict_no_x64"):
         import array_api_strict
 
-        devices = array_api_strict.__array_namespace_info__().devices()
+        try:
+            devices = array_api_strict.__array_namespace_info__().devices()
+        except RuntimeError:  # (set to a standard version before 2023.12: no namespace info)
+            return False
         return any(b.name.rsplit("_no_", 1)[1] in str(d) for d in devices)
     return True
 
