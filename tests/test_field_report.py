@@ -213,6 +213,9 @@ def test_every_engine_gives_the_committed_row(name: str) -> None:
 @pytest.mark.engines
 @pytest.mark.parametrize("finding", FINDINGS, ids=[f.repro for f in FINDINGS])
 def test_every_reproduction_runs(finding: object) -> None:
+    """The script, run in its engine's venv, prints exactly its committed ``.out`` on stdout (the
+    venvs' folder written ``$ENGINES``).  stderr is not compared: engines log there what depends on
+    the machine (CPU features, times, process ids)."""
     py = _venv(finding.engine)  # type: ignore[attr-defined]
     script = REPRO / finding.repro  # type: ignore[attr-defined]
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "TRITON_INTERPRET": "1", "KERAS_BACKEND": "jax"}
@@ -220,3 +223,6 @@ def test_every_reproduction_runs(finding: object) -> None:
         [py, str(script)], capture_output=True, text=True, timeout=1800, cwd=script.parent, env=env
     )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    root = Path(os.environ["ROTARY_ENGINE_VENVS"])
+    out = res.stdout.replace(str(root.resolve()), "$ENGINES").replace(str(root), "$ENGINES")
+    assert out == script.with_suffix(".out").read_text(), res.stderr[-3000:]

@@ -10,16 +10,24 @@ unpacked to 107 MB)::
     pip install torch==2.13.0 numpy                    # the local CPU wheel
     pip install triton==3.9.0 einops transformers==5.24.0 sentencepiece
     FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE pip download --no-deps --no-build-isolation flash-attn==2.8.3.post2
-    tar xzf flash_attn-2.8.3.post2.tar.gz && export FLASH_ATTN_SRC=$PWD/flash_attn-2.8.3.post2
+    tar xzf flash_attn-2.8.3.post2.tar.gz              # beside the venv: where the adapter looks
     pip install --no-deps -e "$ROTARY" array-api-compat    # rotary, for the checker
+    pip install --no-deps --target tf4 transformers==4.57.1 huggingface_hub==0.36.0 \
+        tokenizers==0.22.1 requests urllib3 certifi charset-normalizer    # (transformers 4, below)
 
 ``transformers`` and ``sentencepiece`` are what flash-attn's own model files
 (``flash_attn/models/{llama,gpt_neox,gptj,falcon}.py``) import to read a Hugging Face config.
+``tf4`` (139 MB, beside the venv, used only on ``PYTHONPATH``) holds transformers 4.57.1 and what it
+needs that the venv's transformers 5 does not: the reproduction of the GPT-NeoX finding
+(``docs/field/repro/flash_attn/repro_gpt_neox_transformers5.py``) reruns itself with it to show
+that the converter works there.
 The sdist is never built or installed: its package ``__init__`` imports the CUDA extension
-(``flash_attn_2_cuda``), so the adapter registers ``flash_attn`` as a bare package over
-``$FLASH_ATTN_SRC/flash_attn`` (default ``src/flash_attn-2.8.3.post2`` beside the venv)
-and imports only ``flash_attn.layers.rotary`` (-> ``flash_attn.ops.triton.rotary``) and the
-model files.  Where a real flash-attn is already importable (a GPU install), that one is used.
+(``flash_attn_2_cuda``), so the adapter registers ``flash_attn`` as a bare package over the
+unpacked ``flash_attn-2.8.3.post2/flash_attn`` beside the venv (where the recipe unpacks it;
+``$FLASH_ATTN_SRC`` in the worker's environment names another folder) and imports only
+``flash_attn.layers.rotary`` (-> ``flash_attn.ops.triton.rotary``) and the model files.  Where a
+real flash-attn is already importable (a GPU install), that one is used.  The reproductions
+(``docs/field/repro/flash_attn/``) do the same through their ``_load.py``.
 
 Triton interpreter
 ------------------
@@ -100,14 +108,16 @@ python3.11 -m venv $ENGINES/flash_attn/venv && cd $ENGINES/flash_attn && . venv/
 pip install torch==2.13.0 numpy
 pip install triton==3.9.0 einops transformers==5.24.0 sentencepiece
 FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE pip download --no-deps --no-build-isolation flash-attn==2.8.3.post2
-tar xzf flash_attn-2.8.3.post2.tar.gz && export FLASH_ATTN_SRC=$PWD/flash_attn-2.8.3.post2
-pip install --no-deps -e "$ROTARY" array-api-compat"""
+tar xzf flash_attn-2.8.3.post2.tar.gz
+pip install --no-deps -e "$ROTARY" array-api-compat
+pip install --no-deps --target tf4 transformers==4.57.1 huggingface_hub==0.36.0 tokenizers==0.22.1 \\
+    requests urllib3 certifi charset-normalizer"""
 
 __all__ = ["INSTALL", "NAME", "PYTHON", "build", "version"]
 
 _VERSION = "2.8.3.post2"
-#: The unpacked sdist when ``$FLASH_ATTN_SRC`` is not set: ``src/`` beside the venv.
-_SRC_DEFAULT = os.path.join(os.path.dirname(sys.prefix), "src", "flash_attn-2.8.3.post2")
+#: The unpacked sdist when ``$FLASH_ATTN_SRC`` is not set: beside the venv, where the recipe unpacks it.
+_SRC_DEFAULT = os.path.join(os.path.dirname(sys.prefix), "flash_attn-2.8.3.post2")
 
 # HF model_type -> (flash-attn model file, its HF-config converter, the transformers config class,
 # whether its HF state-dict remap permutes q/k rows half -> interleaved)

@@ -67,6 +67,7 @@ row = np.repeat(np.arange(3), sections)  # which position row each frequency tak
 ang = p[row, :].T * inv  # (tokens, d/2), float64
 f32 = torch.from_numpy(p)[:, None, :, None].float() * torch.from_numpy(inv).float()  # HF: float32 angles
 emb = torch.cat((f32, f32), -1)
+torch.manual_seed(0)
 q = torch.randn(1, 2, 4, d)
 k = torch.randn(1, 1, 4, d)
 qo, _ = liger_multimodal_rotary_pos_emb(q.clone(), k.clone(), emb.cos(), emb.sin(), sections)
