@@ -11,7 +11,9 @@ Install (CPU, Python 3.12; measured here from a warm pip cache: 82 s, venv 930 M
     venv/bin/pip install --no-deps -e "$ROTARY" array-api-compat   # rotary, for the checker
 
 (the wheel's dependency list is the full TPU/GPU training stack; the list above is what
-``import maxtext.layers.attentions`` needs.)
+``import maxtext.layers.attentions`` needs.  Without ``google-cloud-storage``, importing its
+layers prints ``[NO-OP] gcs_storage dependency missing; using stubs.`` on stdout
+(``common/gcloud_stub.py``): the first line of every MaxText reproduction's ``.out``.)
 
 How MaxText gets a model's RoPE
 -------------------------------
