@@ -187,7 +187,7 @@ def run_libraries(
             try:
                 path = library_path(_namespace(importlib.import_module(module)))
             except Exception as e:  # (e.g. CuPy with no GPU, an unsupported standard version)
-                path = f"? ({why(e)})"
+                path = "? (unsupported standard version)" if "standard" in str(e) else f"? ({why(e)})"
                 out.append(
                     {
                         "library": name,
@@ -196,7 +196,7 @@ def run_libraries(
                         "recognised": True,
                         "path": path,
                         "passed": None if "standard" not in path else False,
-                        "detail": "in the table, not checked: " + why(e),
+                        "detail": "in the table, not checked: " + str(e).splitlines()[0][:300],
                         "in_table": True,
                     }
                 )

@@ -218,7 +218,7 @@ def format_report(rep: dict[str, Any]) -> str:
         "",
         "max error in ulps of the dtype (|out - ref| / (eps(dtype) * max(1, |ref|)), eps = spacing at 1.0;",
         "ref = NumPy float64 on the same rounded inputs, or the float64 matrix form);",
-        "X = failed, n/a = not in this rotary",
+        "X = failed, n/a = not in this rotary (or, listed under NOT CHECKED, a backend rotary cannot run)",
         "",
     ]
     cols = COLUMNS
@@ -262,14 +262,15 @@ def format_report(rep: dict[str, Any]) -> str:
         lines += ["", *format_versions(rep["standard_versions"])]
     n = len(rep["cells"])
     npass = sum(c["status"] == "pass" for c in rep["cells"])
-    nna = sum(c["status"] == "n/a" for c in rep["cells"])
+    nun = sum(c["message"].startswith("unsupported") for c in rep["cells"])
+    nna = sum(c["status"] == "n/a" for c in rep["cells"]) - nun
     verdict = "PASSED" if rep["passed"] else f"FAILED ({rep['n_failed']} failures)"
     if not rep["backends"]:
         verdict = "FAILED: no backend ran"
     lines += [
         "",
-        f"{len(rep['backends'])} backends, {n} cells: {npass} passed, {n - npass - nna} failed, "
-        f"{nna} not available.  {verdict}",
+        f"{len(rep['backends'])} backends, {n} cells: {npass} passed, {n - npass - nna - nun} failed, "
+        f"{nna} not available" + (f", {nun} not checked" if nun else "") + f".  {verdict}",
     ]
     return "\n".join(lines)
 

@@ -109,7 +109,8 @@ class Rotary:
         >>> float(c[1, 0]), float(s[0, 1])
         (0.5403022766113281, 0.0)
         """
-        xp = as_namespace(xp) if xp is not None else array_namespace(pos)  # (NumPy for Python values)
+        # (NumPy for Python values)
+        xp = as_namespace(xp) if xp is not None else array_namespace(pos, names=("pos",))
         be = backend_for(xp)
         dtype = xp.float32 if dtype is None else dtype
         if not v.is_floating(dtype):

@@ -104,7 +104,8 @@ def _total(be: Backend, x: Array, name: str, total: Any, *, cu: bool) -> int:
     if total is None:
         if known is None:
             raise ValueError(
-                f"the values of {name} cannot be read here (traced or lazy): pass total= (the packed length)"
+                f"the values of {name} cannot be read here (traced, lazy, or a library without "
+                "data-dependent shapes): pass total= (the packed length)"
             )
         return known
     total = v.check_int(total, "total", minimum=0)

@@ -134,6 +134,21 @@ KINDS: dict[str, Kind] = {
     "wraparray with an unhashable device": Kind(
         _wraparray("wraparray.unhashable", device=__import__("wraparray").UnhashableDevice())
     ),
+    # (stand-ins of the half-compliant libraries the issue-35 probe found: quantity-array, mparray,
+    # heat.array_api's any, mlx's arrays without device)
+    "wraparray refusing device= (quantity-array)": Kind(_wraparray("wraparray.deviceless", deviceless=True)),
+    "wraparray of object values, no DLPack (mparray)": Kind(
+        _wraparray("wraparray.objects", object_values=True)
+    ),
+    "wraparray whose any() departs (heat.array_api)": Kind(
+        _wraparray("wraparray.broken_any", broken=("any",))
+    ),
+    "wraparray without searchsorted": Kind(
+        _wraparray("wraparray.no_searchsorted", lacking=("searchsorted",))
+    ),
+    "wraparray arrays without device (mlx)": Kind(
+        _wraparray("wraparray.no_device", device=None), refused=r"has no device attribute"
+    ),
     "no array (__array__ only)": Kind(Foreign, refused=r"Foreign, which is not an array rotary recognises"),
 }
 

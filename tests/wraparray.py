@@ -112,6 +112,14 @@ for _name in ("__neg__", "__pos__", "__abs__", "__invert__"):
     setattr(WArray, _name, (lambda n: lambda self: self._new(getattr(self._a, n)()))(_name))
 
 
+def _no_device(self: Any) -> Any:
+    raise AttributeError(f"'{type(self).__name__}' object has no attribute 'device'")
+
+
+def _no_dlpack(self: Any, **kw: Any) -> Any:
+    raise BufferError("this library's DLPack export is broken")
+
+
 def _refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
     raise TypeError(f"{self._lib.__name__} arrays have no readable values")
 
@@ -159,19 +167,30 @@ def make_library(
     lacking: tuple[str, ...] = (),
     device: Any = "cpu",
     version: str = __array_api_version__,
+    deviceless: bool = False,
+    object_values: bool = False,
+    broken: tuple[str, ...] = (),
 ) -> types.ModuleType:
     """A new array library ``name`` (a module object, registered in ``sys.modules``) with its own
-    array class; ``readable=False``: values that cannot be read; ``lacking``: functions it does
-    not have (a half-compliant library); ``device``: its one device object."""
+    array class; ``readable=False``: values that cannot be read.  Departures from the standard, as
+    half-compliant libraries have them: ``lacking`` functions it does not have; ``device`` its one
+    device object (``None``: its arrays have no ``device`` attribute, mlx's); ``deviceless``: its
+    functions refuse ``device=`` (quantity-array's); ``object_values``: no DLPack, and its
+    ``__array__`` gives an object array of Python numbers (mparray's); ``broken`` functions raise
+    ``TypeError`` (heat.array_api's ``any``)."""
     lib = types.ModuleType(name, f"wraparray library {name!r}")
-    cls: type[WArray] = type(
-        f"WArray_{name.replace('.', '_')}",
-        (WArray,),
-        {"__slots__": (), "_lib": lib, "device": property(lambda self: device)},
-    )
+    attrs: dict[str, Any] = {"__slots__": (), "_lib": lib}
+    if device is not None:
+        attrs["device"] = property(lambda self: device)
+    cls: type[WArray] = type(f"WArray_{name.replace('.', '_')}", (WArray,), attrs)
+    if device is None:
+        cls.device = property(_no_device)  # type: ignore[assignment]
     if not readable:
         for dunder in ("__bool__", "__int__", "__float__", "__index__", "__dlpack__", "__array__", "__len__"):
             setattr(cls, dunder, _refuse)
+    if object_values:
+        cls.__dlpack__ = _no_dlpack  # type: ignore[method-assign]
+        cls.__array__ = lambda self, dtype=None, copy=None: np.array(self._a.tolist(), dtype=object)  # type: ignore[attr-defined]
 
     def wrap(x: Any) -> Any:
         if isinstance(x, (np.ndarray, np.generic)):
@@ -186,7 +205,10 @@ def make_library(
         f = getattr(_np_xp, fname)
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            kwargs.pop("device", None)  # one device
+            if fname in broken:
+                raise TypeError(f"{fname}() got an unexpected keyword argument 'keepdim'")
+            if kwargs.pop("device", None) is not None and deviceless:
+                raise NotImplementedError("device argument is not implemented")
             return wrap(f(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()}))
 
         call.__name__ = fname

@@ -23,6 +23,7 @@ from .._lib._compat import (
     is_array,
     is_host_positions,
     is_lazy,
+    is_sparse,
     is_writeable,
     library_name,
     not_an_array,
@@ -113,7 +114,10 @@ class Backend:
         return xp.float64 if hasattr(xp, "float64") and v.dtype_name(dtype) == "float64" else xp.float32
 
     def check_dense(self, arrays: list[tuple[str, Array]]) -> None:
-        """The named arrays are dense (strided), not sparse."""
+        """The named arrays are dense (strided), not sparse (pydata ``sparse``: a ``TypeError``)."""
+        for name, a in arrays:
+            if is_sparse(a):
+                raise v.not_dense(name, f"{type(a).__name__} (pydata sparse)", ".todense()")
 
     def composite(self, x: Array) -> str | None:
         """What ``x`` is, where it is an array made of parts that rotary serves part by part (the

@@ -32,6 +32,7 @@ __all__ = [
     "is_array",
     "is_host_positions",
     "is_numpy",
+    "is_sparse",
     "library_name",
     "not_an_array",
     "refusal",
@@ -270,9 +271,17 @@ def register_mender(library: str, mend: Any, *, device_of: Any = None) -> None:
         _DEVICE_OF[library] = device_of
 
 
+#: Namespaces :func:`_mended` made (by id): looked up again, they are returned as they are.
+_MENDED: dict[int, Namespace] = {}
+
+
 def _mended(xp: Namespace) -> Namespace:
+    if _MENDED.get(id(xp)) is xp:
+        return xp
     mend = _MENDERS.get(getattr(xp, "__name__", ""))
-    return _complete(xp if mend is None else mend(xp))
+    out = _complete(xp if mend is None else mend(xp))
+    _MENDED[id(out)] = out
+    return out
 
 
 #: What rotary reads from a namespace (functions and dtypes of the standard's 2023.12 version).
@@ -286,43 +295,84 @@ REQUIRED = (
 )  # fmt: skip
 
 
-class MissingFunction(TypeError):
-    """A namespace lacks a function rotary needs (raised where rotary reads it)."""
+class MissingFunction(TypeError, AttributeError):
+    """A namespace lacks a function rotary needs (raised where rotary reads it; an
+    ``AttributeError`` too, so ``hasattr`` and ``getattr`` with a default see it as absent)."""
 
 
-class _Incomplete:
-    """A namespace that lacks some of :data:`REQUIRED`: everything read through, and reading a
-    missing name raises :class:`MissingFunction` naming it and the library (rather than an
-    ``AttributeError``, or a misleading error from a fallback, deep inside rotary)."""
+#: Creation functions, which take ``device=``.
+_CREATION = frozenset(
+    {"asarray", "arange", "zeros", "ones", "empty", "full", "eye", "linspace"}
+    | {"zeros_like", "ones_like", "empty_like", "full_like"}
+)
 
-    def __init__(self, xp: Namespace, missing: tuple[str, ...]) -> None:
-        self.__dict__.update(_xp=xp, _missing=missing)
+
+class _Checked:
+    """A namespace departing from the standard where rotary needs it: reading a missing name of
+    :data:`REQUIRED` raises :class:`MissingFunction` naming it and the library (rather than an
+    ``AttributeError``, or a misleading error from a fallback, deep inside rotary); a library whose
+    creation functions refuse ``device=`` (one device) is called without it for its default
+    device, and the error names the function for any other."""
+
+    def __init__(self, xp: Namespace, missing: tuple[str, ...], deviceless: bool, default: Any) -> None:
+        self.__dict__.update(_xp=xp, _missing=missing, _deviceless=deviceless, _default=default)
 
     def __getattr__(self, name: str) -> Any:
         try:
-            return getattr(self._xp, name)
+            value = getattr(self._xp, name)
         except AttributeError:
-            lib = getattr(self._xp, "__name__", repr(self._xp))
+            if name not in self._missing:
+                raise
+            others = ", ".join(m for m in self._missing if m != name) or "nothing else"
             raise MissingFunction(
-                f"{lib} has no {name}, which rotary needs (the array API standard's {name}; this "
-                f"namespace also lacks {', '.join(m for m in self._missing if m != name) or 'nothing else'})"
+                f"{self._lib()} has no {name}, which rotary needs (the array API standard's {name}; "
+                f"this namespace also lacks {others})"
             ) from None
+        if self._deviceless and name in _CREATION:
+            return self._without_device(name, value)
+        return value
+
+    def _lib(self) -> str:
+        return str(getattr(self._xp, "__name__", repr(self._xp)))
+
+    def _without_device(self, name: str, fn: Any) -> Any:
+        def call(*args: Any, device: Any = None, **kwargs: Any) -> Any:
+            if device is not None and device != self._default:
+                raise MissingFunction(
+                    f"{self._lib()}.{name} does not take device= (the standard's), which rotary needs "
+                    f"for device {device!r}"
+                )
+            return fn(*args, **kwargs)
+
+        return call
 
     def __repr__(self) -> str:
-        return f"<{self._xp!r}, lacking {', '.join(self._missing)}>"
+        what = [*(f"lacking {m}" for m in self._missing), *(["without device="] if self._deviceless else [])]
+        return f"<{self._xp!r}, {', '.join(what)}>"
 
 
 _COMPLETED: dict[int, tuple[Namespace, Namespace]] = {}
 
 
 def _complete(xp: Namespace) -> Namespace:
-    """``xp``, or the :class:`_Incomplete` view of it where it lacks part of :data:`REQUIRED` (one
-    per namespace, so that lookups compare equal)."""
+    """``xp``, or the :class:`_Checked` view of it where it departs from the standard in what
+    rotary needs (one per namespace, so that lookups compare equal; a checked one as it is)."""
+    if isinstance(xp, _Checked):
+        return xp
     hit = _COMPLETED.get(id(xp))
     if hit is not None and hit[0] is xp:
         return hit[1]
     missing = tuple(n for n in REQUIRED if not hasattr(xp, n))
-    out: Any = _Incomplete(xp, missing) if missing else xp
+    default: Any = None
+    deviceless = False
+    try:
+        default = xp.__array_namespace_info__().default_device()
+        xp.asarray(0.0, device=default)
+    except (NotImplementedError, TypeError, ValueError):
+        deviceless = "asarray" not in missing
+    except Exception:  # (no namespace info, or a library that cannot make an array here: as it is)
+        pass
+    out: Any = _Checked(xp, missing, deviceless, default) if missing or deviceless else xp
     _COMPLETED[id(xp)] = (xp, out)
     return out
 
@@ -344,8 +394,13 @@ def as_namespace(xp: Any) -> Namespace:
         return numpy_xp
     if name in ("cupy", "dask.array"):
         return importlib.import_module(f"array_api_compat.{name}")
-    if not hasattr(xp, "asarray"):
-        raise TypeError(f"xp must be an array-API namespace, got module {name!r}")
+    if not hasattr(xp, "asarray") or not (
+        hasattr(xp, "__array_namespace_info__") or hasattr(xp, "__array_api_version__")
+    ):
+        raise TypeError(
+            f"xp must be an array-API namespace (a module with __array_namespace_info__ or "
+            f"__array_api_version__, e.g. numpy, torch, jax.numpy), got module {name!r}"
+        )
     return check_standard(_mended(xp))
 
 
@@ -383,9 +438,19 @@ def freeze(value: Any) -> Any:
     return value
 
 
+def is_sparse(x: Any) -> bool:
+    """``array_api_compat.is_pydata_sparse_array``: a sparse array (rotary rotates dense ones)."""
+    return bool(array_api_compat.is_pydata_sparse_array(x))
+
+
 def is_lazy(x: Any) -> bool:
-    """``array_api_compat.is_lazy_array``: ``x``'s values cannot be read cheaply and eagerly."""
-    return bool(array_api_compat.is_lazy_array(x))
+    """``array_api_compat.is_lazy_array``: ``x``'s values cannot be read cheaply and eagerly (also
+    where a library cannot answer: its ``any`` departs from the standard, heat's; then nothing is
+    read, as for a lazy array)."""
+    try:
+        return bool(array_api_compat.is_lazy_array(x))
+    except Exception:
+        return True
 
 
 def device(x: Array) -> Device:
@@ -396,7 +461,12 @@ def device(x: Array) -> Device:
         device_of = _DEVICE_OF.get(getattr(array_namespace(x), "__name__", ""))
         if device_of is not None:
             return device_of(x)
-    return array_api_compat.device(x)
+    try:
+        return array_api_compat.device(x)
+    except AttributeError:
+        raise MissingFunction(
+            f"a {what(x)} has no device attribute (the standard's array.device), which rotary needs"
+        ) from None
 
 
 def to_numpy(x: Any) -> np.ndarray:
@@ -428,6 +498,19 @@ def _is_strict(x: Any) -> bool:
     return strict is not None and isinstance(x, strict.Array)
 
 
+def _numbers(out: np.ndarray) -> np.ndarray:
+    """An object array of Python (or NumPy) integers or reals as int64 or float64; else as it is.
+    (``float()`` of an element converts a library's own real type, mpmath's ``mpf``, exactly where
+    it is a float64 value.)"""
+    flat = out.reshape(-1)
+    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in flat):
+        return out.astype(np.int64)
+    try:
+        return np.array([float(v) for v in flat], dtype=np.float64).reshape(out.shape)
+    except (TypeError, ValueError):
+        return out
+
+
 def _foreign_to_numpy(x: Any) -> np.ndarray:
     """Another library's array on the host: by DLPack (the standard's interchange), else its
     ``__array__``; a ``TypeError`` naming the type when neither gives numbers (never ``int()`` or
@@ -436,7 +519,7 @@ def _foreign_to_numpy(x: Any) -> np.ndarray:
     if hasattr(x, "__dlpack__"):
         try:
             out = np.from_dlpack(x)
-        except (BufferError, TypeError, ValueError, RuntimeError, NotImplementedError):
+        except (BufferError, TypeError, ValueError, RuntimeError, NotImplementedError, AttributeError):
             out = None
     if out is None:
         try:
@@ -445,6 +528,8 @@ def _foreign_to_numpy(x: Any) -> np.ndarray:
             raise TypeError(f"cannot read the values of a {what(x)} on the host: {e}") from None
     if out.dtype.name == "bfloat16":
         out = out.astype(np.float32)
+    if out.dtype.kind == "O" and out.shape == tuple(x.shape):
+        out = _numbers(out)  # (Python numbers in an object array: mparray's, for one)
     if out.dtype.kind not in "biuf":
         raise TypeError(
             f"cannot read the values of a {what(x)} on the host "

@@ -167,8 +167,8 @@ def check_floating(x: Array, name: str) -> None:
         )
 
 
-def not_dense(name: str, layout: Any) -> TypeError:
-    return TypeError(f"{name} must be a dense (strided) array, got layout {layout}; call .to_dense() first")
+def not_dense(name: str, layout: Any, fix: str = ".to_dense()") -> TypeError:
+    return TypeError(f"{name} must be a dense (strided) array, got layout {layout}; call {fix} first")
 
 
 def check_known_dim(n: Any, name: str) -> int:
