@@ -3,8 +3,8 @@
 (Imported as ``conformance.engines.flash_attn``: the name does not shadow the ``flash_attn`` package.)
 
 Install (CPU, Python 3.11; measured here: 89 s the first time, 118 s for the recipe below rerun in
-a fresh directory; venv 2.2 GB of which torch 0.75 GB and triton 1.0 GB, plus the 8 MB sdist
-unpacked to 107 MB)::
+a fresh directory, 207 s with ``tf4`` on 2 busy cores; venv 2.2 GB of which torch 0.75 GB and
+triton 1.0 GB, plus the 8 MB sdist unpacked to 107 MB and ``tf4`` 139 MB)::
 
     python3 -m venv venv && . venv/bin/activate
     pip install torch==2.13.0 numpy                    # the local CPU wheel
