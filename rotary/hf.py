@@ -90,10 +90,10 @@ from ._hf_patch import PatchedModule, PatchReport
 from ._hfconfig import LayerSpec, _as_dict, hf_rope_parameters, model_spec, mrope_index_options, mrope_spec
 from ._lib import _validation as v
 from ._lib._compat import array_namespace, host_values, is_array
-from ._lib._typing import AngleMethod, Array
+from ._lib._typing import AngleMethod, Array, Layout
 from ._rope import RoPE, Rotary
-from .multiaxis import MRoPE
-from .vision import VisionRoPE, dinov3, llama4, mlcd, pixtral, qwen2_vl
+from .multiaxis import AxialRoPE, MRoPE
+from .vision import Grid, VisionRoPE, dinov3, llama4, pixtral, qwen2_vl
 
 __all__ = [
     "ModelRope",
@@ -393,11 +393,108 @@ def mrope_index(
     )
 
 
+#: Vision towers whose rotary module is Qwen2-VL's vision RoPE (``Qwen2VLVisionRotaryEmbedding``
+#: and its copies, read in each modeling file of transformers 5.24): ``(row, col)`` position ids,
+#: the row's pairs then the column's, each axis ``theta**(-4j/d)``, half layout.  model_type ->
+#: (name, merge: whether the tower orders its ids in ``spatial_merge_size`` blocks, else raster).
+_QWEN_VISION: dict[str, tuple[str, bool]] = {
+    "qwen2_vl": ("qwen2_vl", True),
+    "qwen2_vl_vision": ("qwen2_vl", True),
+    "qwen2_5_vl_vision": ("qwen2_5_vl", True),
+    "qwen2_5_omni_vision_encoder": ("qwen2_5_omni", True),
+    "qwen3_vl_vision": ("qwen3_vl", True),
+    "qwen3_vl_moe_vision": ("qwen3_vl_moe", True),
+    "qwen3_5_vision": ("qwen3_5", True),
+    "qwen3_5_moe_vision": ("qwen3_5_moe", True),
+    "qwen3_omni_moe_vision_encoder": ("qwen3_omni_moe", True),
+    "qwen4_exp_vision": ("qwen4_exp", True),
+    "glm4v_vision": ("glm4v", True),
+    "glm4v_moe_vision": ("glm4v_moe", True),
+    "glm_ocr_vision": ("glm_ocr", True),
+    "glm5_next_vision": ("glm5_next", True),
+    "cohere_compass_vision": ("cohere_compass", True),
+    "dots3_note_vision_encoder": ("dots3_note", True),
+    "ernie4_5_vl_moe_vision": ("ernie4_5_vl_moe", True),
+    "exaone4_5_vision": ("exaone4_5", True),
+    "lfm3_vl_vision": ("lfm3_vl", True),
+    "paddleocr_vl_vision": ("paddleocr_vl", False),  # (merges after the encoder)
+    "video_llama_3_vision": ("video_llama_3", False),  # (images: merge size 1)
+    "mlcd_vision_model": ("mlcd", False),
+    "mlcd": ("mlcd", False),
+}
+#: Towers that permute their tokens (and cos/sin rows) into windows after building the ids.
+_WINDOWED = ("qwen2_5_vl_vision", "qwen2_5_omni_vision_encoder", "exaone4_5_vision")
+#: SAM video models: the RoPE of the memory attention, in the top-level config.
+_MEMORY_ATTENTION = ("sam2_video", "edgetam_video", "sam3_tracker_video")
+#: The other vision model types :func:`vision_rope` reads.
+_OTHER_VISION = (
+    "llama4_vision_model",
+    "dinov3_vit",
+    "pixtral",
+    "muse_glimmer_vision",
+    "muse_spark_vision",
+    "minimax_m3_vl_vision",
+    "sam3_vit_model",
+)
+#: Default ``rope_theta`` of the config classes where it is not 10000.
+_VISION_THETA = {"lfm3_vl_vision": 1e6, "dinov3_vit": 100.0}
+#: Vision towers of transformers 5.24 whose axial RoPE an :class:`~rotary.AxialRoPE` cannot express.
+_VISION_REFUSED = {
+    "gemma4_vision": "Gemma 4's vision rotary module rotates each coordinate's half of the head as "
+    "its own half-layout RoPE (cos = concat(row, row, col, col)), while an AxialRoPE pairs feature i "
+    "with i + head_dim/2 across the whole head",
+    "kimi_k25_vision": "Kimi K2.5's vision rotary module alternates the two coordinates pair by pair "
+    "(col0, row0, col1, row1, ...), while an AxialRoPE gives each coordinate a block of consecutive pairs",
+    "inkling2_vision": "Inkling 2's vision rotary module gives its first block of pairs to the column, the "
+    "second coordinate of its (row, col) position ids, while an AxialRoPE gives block a to coordinate a",
+    "step3p5_vision": "Step 3.7's vision rotary module gives its first block of pairs to the column, the "
+    "second coordinate of its (row, col) position ids, while an AxialRoPE gives block a to coordinate a",
+}
+
+
 def vision_rope(config: Any, *, angles: AngleMethod = "exact") -> VisionRoPE:
-    """The 2-D RoPE of a ``transformers`` vision tower config (object, dict or path): Llama 4
-    vision (``llama4_vision_model``), DINOv3 (``dinov3_vit``: registers are prefix tokens),
-    Pixtral (``pixtral``) and Qwen2-VL's vision encoder (``qwen2_vl`` vision config).  A
-    composite config is read through its ``vision_config``.
+    """The 2-D (or 3-D) RoPE of a ``transformers`` vision tower config (object, dict or path), and
+    the position ids the tower builds for an ``h x w`` patch grid (:meth:`VisionRoPE.positions`,
+    one row per token in the order the tower passes them to its rotary module).  A composite
+    config is read through its ``vision_config`` (and a vision config through its
+    ``backbone_config``).  ``rope_theta`` is read from ``rope_parameters`` (else the config
+    class's default); the head width from ``head_dim``, else the width over the heads, as each
+    tower's rotary module reads them.
+
+    ======================================  ====================================================
+    Qwen2-VL (width ``embed_dim``),         ``(row, col)`` in ``spatial_merge_size`` blocks
+    Qwen2.5-VL, Qwen2.5-Omni, Qwen3-VL,     (``get_vision_position_ids``); half layout, the
+    Qwen3-VL-MoE, Qwen3.5 (+MoE),           row's pairs then the column's, each
+    Qwen3-Omni, Qwen4-exp, GLM-4V (+MoE),   ``theta**(-4j/d)``
+    GLM-OCR, GLM-5-next, Cohere Compass,
+    dots3, ERNIE-4.5-VL, EXAONE 4.5,
+    LFM3-VL
+    PaddleOCR-VL, VideoLLaMA3, MLCD         the same in raster order (no merge in the encoder;
+                                            VideoLLaMA3's videos: ``qwen2_vl(d, merge=2)``)
+    Muse Glimmer, Muse Spark                ``(col + 1, row + 1)`` in windows of
+                                            ``pos_emb_height`` patches (built in window order)
+    MiniMax-M3-VL                           ``(frame, row, col)`` in merge blocks (frame 0 for
+                                            an image); 3 axes of ``2 * (d // 3 // 2)``
+                                            features, the rest of the head not rotated
+    SAM 2, SAM 3 tracker, EdgeTAM (video)   the memory attention's ``(col, row)`` in raster
+                                            order; interleaved; width ``memory_attention_*``
+    SAM 3 ViT                               ``(col, row) * window_size / w`` (float32);
+                                            interleaved
+    Llama 4 vision, DINOv3, Pixtral         :func:`rotary.vision.llama4`, ``dinov3``,
+                                            ``pixtral``
+    ======================================  ====================================================
+
+    Qwen2.5-VL, Qwen2.5-Omni and EXAONE 4.5 then permute their tokens, and the cos/sin rows, into
+    windows of ``n = window_size // patch_size // spatial_merge_size`` merge blocks
+    (``get_vision_window_index``): the attention sees the coordinates
+    ``rotary.vision.Grid("merge", merge=spatial_merge_size, window=n)(h, w)``, those of
+    :meth:`VisionRoPE.positions` taken block by block in window order.  Muse builds its ids in
+    window order itself; SAM 3's ViT forms its coordinates in float32, and so does its grid.
+
+    Refused, naming why (an :class:`~rotary.AxialRoPE` cannot express them): Gemma 4 (each axis
+    its own half layout), Kimi K2.5 (axes alternating pair by pair), Inkling 2 and Step 3.7 (the
+    column's block first).  :func:`patch` serves every tower read here whose rotary module its
+    probe can match (see :doc:`/guides/multiaxis`).
 
     Examples
     --------
@@ -407,49 +504,86 @@ def vision_rope(config: Any, *, angles: AngleMethod = "exact") -> VisionRoPE:
     >>> tower = rotary.hf.vision_rope(cfg)
     >>> tower.name, tower.head_dim, tower.positions(2, 2).tolist()
     ('pixtral', 32, [[0, 0], [0, 1], [1, 0], [1, 1]])
+    >>> qwen = rotary.hf.vision_rope({"model_type": "qwen2_5_vl_vision", "hidden_size": 32, "num_heads": 2})
+    >>> qwen.rope
+    AxialRoPE(16, n_axes=2, split=(8, 8), base=10000, layout='half', rotary_dim=16)
+    >>> qwen.positions(2, 4).tolist()  # (row, col) in 2 x 2 merge blocks
+    [[0, 0], [0, 1], [1, 0], [1, 1], [0, 2], [0, 3], [1, 2], [1, 3]]
     """
     d = _as_dict(config)
-    if isinstance(d.get("vision_config"), Mapping):
+    if d.get("model_type") not in _MEMORY_ATTENTION and isinstance(d.get("vision_config"), Mapping):
         d = dict(d["vision_config"])
+    known = (*_QWEN_VISION, *_MEMORY_ATTENTION, *_OTHER_VISION, *_VISION_REFUSED)
+    if d.get("model_type") not in known and isinstance(d.get("backbone_config"), Mapping):
+        d = dict(d["backbone_config"])
     kind = d.get("model_type")
     params = d.get("rope_parameters") or {}
+    theta = float(params.get("rope_theta", d.get("rope_theta", _VISION_THETA.get(str(kind), 10000.0))))
 
-    def theta(default: float) -> float:
-        return float(params.get("rope_theta", d.get("rope_theta", default)))
+    def key(name: str) -> Any:
+        if d.get(name) is None:
+            raise ValueError(f"a {kind} vision config needs {name!r}")
+        return d[name]
 
-    def head_dim(hidden: str = "hidden_size", heads: str = "num_attention_heads") -> int:
+    def head_dim(hidden: str = "hidden_size") -> int:
         if d.get("head_dim"):
             return int(d["head_dim"])
-        return int(d[hidden]) // int(d[heads])
+        heads = d.get("num_attention_heads") or d.get("num_heads")  # (attribute_map)
+        if not heads:
+            raise ValueError(f"a {kind} vision config needs 'head_dim' or 'num_attention_heads'")
+        return int(key(hidden)) // int(heads)
 
+    if kind in _VISION_REFUSED:
+        raise ValueError(f"vision_rope cannot express the {kind} vision RoPE: {_VISION_REFUSED[kind]}")
     if kind == "llama4_vision_model":
-        return llama4(head_dim(), base=theta(10000.0), angles=angles)
+        return llama4(head_dim(), base=theta, angles=angles)
     if kind == "dinov3_vit":
         prefix = 1 + int(d.get("num_register_tokens", 0) or 0)
-        return dinov3(head_dim(), base=theta(100.0), prefix_tokens=prefix, angles=angles)
+        return dinov3(head_dim(), base=theta, prefix_tokens=prefix, angles=angles)
+    if params.get("rope_type", "axial") != "axial":
+        raise ValueError(f"a {kind} vision config takes rope_type 'axial', got {params.get('rope_type')!r}")
     if kind == "pixtral":
-        if params.get("rope_type", "axial") != "axial":
-            raise ValueError(
-                f"a pixtral vision config takes rope_type 'axial', got {params.get('rope_type')!r}"
-            )
-        return pixtral(head_dim(), base=theta(10000.0), angles=angles)
-    if kind in ("mlcd_vision_model", "mlcd"):
-        if params.get("rope_type", "axial") != "axial":
-            raise ValueError(
-                f"an MLCD vision config takes rope_type 'axial', got {params.get('rope_type')!r}"
-            )
-        return mlcd(head_dim(), base=theta(10000.0), angles=angles)
-    if kind in ("qwen2_vl", "qwen2_vl_vision"):
-        return qwen2_vl(
-            head_dim("embed_dim", "num_heads"),
-            base=10000.0,  # (Qwen2VLVisionRotaryEmbedding's fixed theta)
-            merge=int(d.get("spatial_merge_size", 2)),
-            angles=angles,
+        return pixtral(head_dim(), base=theta, angles=angles)
+    if kind in _QWEN_VISION:
+        name, merges = _QWEN_VISION[kind]
+        dim = head_dim("embed_dim" if name == "qwen2_vl" else "hidden_size")
+        merge = int(d.get("spatial_merge_size") or 2) if merges else 1
+        return dataclasses.replace(qwen2_vl(dim, base=theta, merge=merge, angles=angles), name=name)
+    if kind in ("muse_glimmer_vision", "muse_spark_vision"):
+        window = int(key("pos_emb_height"))  # (window_size = pos_emb_height * patch_size, in patches)
+        grid = Grid("merge", window=window, xy=True, offset=1)
+        return VisionRoPE(
+            kind.removesuffix("_vision"), _vision_axial(head_dim(), 2, theta, "half", angles), grid
         )
+    if kind == "minimax_m3_vl_vision":
+        dim = head_dim()
+        part = 2 * (dim // 3 // 2)  # (features per axis; the rest of the head passes through)
+        rope = AxialRoPE(dim, 3, split=(part,) * 3, rotary_dim=3 * part, base=theta, angles=angles)
+        return VisionRoPE(
+            "minimax_m3_vl", rope, Grid("merge", merge=int(key("spatial_merge_size")), frames=True)
+        )
+    if kind in _MEMORY_ATTENTION:
+        heads = int(key("memory_attention_num_attention_heads"))
+        dim = int(key("memory_attention_hidden_size")) // (
+            int(key("memory_attention_downsample_rate")) * heads
+        )
+        rope = _vision_axial(dim, 2, theta, "interleaved", angles)
+        return VisionRoPE(kind, rope, Grid("merge", xy=True))
+    if kind == "sam3_vit_model":
+        span = float(key("window_size"))
+        rope = _vision_axial(head_dim(), 2, theta, "interleaved", angles)
+        return VisionRoPE("sam3", rope, Grid("sam3", ref_shape=(span, span)))
+    served = sorted({*_QWEN_VISION, *_MEMORY_ATTENTION, *_OTHER_VISION})
     raise ValueError(
-        f"vision_rope reads llama4_vision_model, dinov3_vit, pixtral, mlcd and qwen2_vl vision configs, "
-        f"got model_type {kind!r}"
+        f"vision_rope reads the vision configs of model types {', '.join(served)}; got model_type {kind!r}"
     )
+
+
+def _vision_axial(dim: int, n_axes: int, theta: float, layout: Layout, angles: AngleMethod) -> AxialRoPE:
+    """An axial RoPE of equal blocks per axis (a tower's rotary module: ``head_dim % (2 n_axes) == 0``)."""
+    if dim % (2 * n_axes):
+        raise ValueError(f"a {n_axes}-axis vision RoPE needs head_dim % {2 * n_axes} == 0, got {dim}")
+    return AxialRoPE(dim, n_axes, base=theta, layout=layout, angles=angles)
 
 
 # -- patching a loaded transformers model ---------------------------------------------------------

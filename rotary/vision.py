@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 
-GridKind = Literal["raster", "eva02", "pixel", "dinov3", "llama4", "merge"]
+GridKind = Literal["raster", "eva02", "pixel", "dinov3", "llama4", "merge", "sam3"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +75,21 @@ class Grid:
     ``kind``: ``"raster"`` (integer ``(row, col)``), ``"eva02"`` (raster plus ``offset``, rescaled
     to ``ref_shape``), ``"pixel"`` (``linspace(-1, 1)`` per axis), ``"dinov3"`` (``2 pi`` times
     the patch centres in ``[-1, 1]``, after ``prefix_tokens`` at 0), ``"llama4"`` (``(col + 1,
-    row + 1)``, then the CLS token at ``(0, 0)``), ``"merge"`` (raster in ``merge x merge``
-    windows).
+    row + 1)``, then the CLS token at ``(0, 0)``), ``"merge"`` (integer ``(row, col)`` in
+    ``merge x merge`` blocks, the order of ``transformers``' ``get_vision_position_ids``; with
+    ``window``: the blocks grouped into windows of ``window x window`` blocks, windows in raster
+    order and blocks in raster order inside each (``get_vision_window_index``'s order, edge
+    windows partial); ``xy``: ``(col, row)``; plus ``offset`` (a whole number); ``frames``: a
+    frame coordinate first, 0 for an image), ``"sam3"`` (``(col, row)`` times ``ref_shape[1] /
+    w``, formed in float32 as SAM 3's ViT forms them).
+
+    Examples
+    --------
+    >>> from rotary.vision import Grid
+    >>> Grid("merge", merge=2)(2, 4).tolist()
+    [[0, 0], [0, 1], [1, 0], [1, 1], [0, 2], [0, 3], [1, 2], [1, 3]]
+    >>> Grid("merge", window=2, xy=True, offset=1)(3, 3).tolist()  # (col + 1, row + 1), 2 x 2 windows
+    [[1, 1], [2, 1], [1, 2], [2, 2], [3, 1], [3, 2], [1, 3], [2, 3], [3, 3]]
     """
 
     kind: GridKind
@@ -84,6 +97,13 @@ class Grid:
     ref_shape: tuple[float, float] | None = None
     prefix_tokens: int = 0
     merge: int = 1
+    window: int = 0
+    xy: bool = False
+    frames: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "merge", v.check_int(self.merge, "merge", minimum=1))
+        object.__setattr__(self, "window", v.check_int(self.window, "window", minimum=0))
 
     def __call__(self, h: int, w: int) -> np.ndarray:
         if self.kind == "eva02":
@@ -106,17 +126,40 @@ class Grid:
             r, c = _grid(h, w)
             return np.concatenate([np.stack([c + 1, r + 1], axis=-1), np.zeros((1, 2), dtype=np.int64)])
         if self.kind == "merge":
-            m = self.merge
-            if h % m or w % m:
-                raise ValueError(f"h and w must be multiples of merge={m}, got {h} x {w}")
-            r, c = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
-
-            def order(a: np.ndarray) -> np.ndarray:
-                return a.reshape(h // m, m, w // m, m).transpose(0, 2, 1, 3).reshape(-1)
-
-            return np.stack([order(r), order(c)], axis=-1)
+            return _merge_grid(self, h, w)
+        if self.kind == "sam3":
+            if self.ref_shape is None:
+                raise ValueError("a 'sam3' grid needs ref_shape (its window size)")
+            r, c = _grid(h, w)
+            scale = np.float32(self.ref_shape[1] / w)  # (torch: a float32 tensor times a Python float)
+            return np.stack([c.astype(np.float32) * scale, r.astype(np.float32) * scale], axis=-1)
         r, c = _grid(h, w)
         return np.stack([r, c], axis=-1)
+
+
+def _merge_grid(g: Grid, h: int, w: int) -> np.ndarray:
+    """A ``"merge"`` :class:`Grid`'s coordinates (integers)."""
+    m, n = g.merge, g.window
+    if h % m or w % m:
+        raise ValueError(f"h and w must be multiples of merge={m}, got {h} x {w}")
+    if g.offset != int(g.offset):
+        raise ValueError(f"a 'merge' grid takes a whole-number offset, got {g.offset}")
+    r, c = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+
+    def order(a: np.ndarray) -> np.ndarray:
+        return a.reshape(h // m, m, w // m, m).transpose(0, 2, 1, 3).reshape(-1)
+
+    pos = np.stack([order(c), order(r)] if g.xy else [order(r), order(c)], axis=-1) + int(g.offset)
+    if n:  # blocks grouped into n x n windows (raster over windows, then over blocks)
+        bh, bw = h // m, w // m
+        blocks = np.arange(bh * bw).reshape(bh, bw)
+        units = np.concatenate(
+            [blocks[i : i + n, j : j + n].reshape(-1) for i in range(0, bh, n) for j in range(0, bw, n)]
+        )
+        pos = pos[(units[:, None] * (m * m) + np.arange(m * m)).reshape(-1)]
+    if g.frames:
+        pos = np.concatenate([np.zeros((pos.shape[0], 1), dtype=pos.dtype), pos], axis=-1)
+    return pos
 
 
 def _grid_positions(grid: Callable[[int, int], np.ndarray], h: int, w: int, float64: bool) -> np.ndarray:

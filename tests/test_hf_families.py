@@ -185,14 +185,6 @@ def _tiny_model(f: Family):
     return _MODELS[f.name]
 
 
-#: Vision towers ``rotary.hf.patch`` leaves as they are (``strict=False``): their RoPE is not one
-#: :func:`rotary.hf.vision_rope` reads.
-KEPT = {
-    "Qwen2.5-VL": ["model.visual.rotary_pos_emb"],
-    "Qwen3-VL": ["model.visual.rotary_pos_emb"],
-}
-
-
 def generate(model, ids, mask=None, new=4, **kw):
     """Greedy ``(sequences, scores)`` of ``new`` tokens (the second on from the KV cache), or None
     for a model that does not generate (shared with ``test_hf_census_models.py`` and
@@ -236,8 +228,8 @@ def logits_diffs(f: Family) -> dict:
     want_gen = _scores(model, ids)
     out = {}
     for angles in ("float32", "exact"):
-        with rotary.hf.patched(model, angles=angles, strict=f.name not in KEPT) as report:
-            assert [p for p, _ in report.kept] == KEPT.get(f.name, [])
+        with rotary.hf.patched(model, angles=angles) as report:  # every module served (strict)
+            assert not report.kept
             with torch.no_grad():
                 got = model(input_ids=ids, **kwargs).logits
             if angles == "float32" and want_gen is not None:

@@ -9,6 +9,9 @@ tiny models of :mod:`hf_families`:
 * ``unpatch`` and ``patched`` restore the model bit for bit;
 * refusals name each module, its class, its model type and the reason, and leave the model as
   it was; ``strict=False`` patches the rest and lists what it kept;
+* vision towers: Qwen2-VL's, Qwen2.5-VL's (window attention) and Qwen3-VL's are patched by
+  default, bit for bit in float32 mode with an image in the prompt (every tower of transformers:
+  ``test_hf_vision_towers.py``); one rotary cannot express (Step 3.7's) is refused;
 * interop: ``generate`` (KV cache, left padding, static cache), ``torch.compile``, gradient
   checkpointing, bfloat16, ``save_pretrained`` (the same files), pickle and deepcopy.
 """
@@ -31,6 +34,7 @@ import rotary  # noqa: E402
 
 transformers.logging.set_verbosity_error()
 
+EPS32 = float(torch.finfo(torch.float32).eps)
 #: The families of the measured benefit (docs/guides/numerics.rst, benchmarks/hf_patch.py).
 MEASURED = ("Llama 3.1", "Qwen2.5 (+YaRN)", "Gemma 3", "Phi-3 (LongRoPE)", "DeepSeek-V3")
 #: Position offsets of the table.
@@ -176,19 +180,88 @@ def test_refuses_hunyuan_vl_xd_rope():
     assert "not a rotation" in msg
 
 
-def test_vision_tower_rotary_does_not_read_refused_unless_not_strict():
-    model = copy.deepcopy(F._tiny_model(BY_NAME["Qwen2.5-VL"]))
+def _step3p7():
+    """A tiny Step 3.7 (text RoPE, and a vision tower whose pairs take the column first)."""
+    text = dict(hidden_size=64, num_attention_heads=4, num_attention_groups=2, num_key_value_heads=2,
+                head_dim=16, num_hidden_layers=1, intermediate_size=64, vocab_size=128,
+                layer_types=["full_attention"])  # fmt: skip
+    vision = dict(hidden_size=32, num_attention_heads=2, num_hidden_layers=1, intermediate_size=32)
+    cfg = transformers.AutoConfig.for_model("step3p7", text_config=text, vision_config=vision)
+    torch.manual_seed(0)
+    return transformers.AutoModelForImageTextToText.from_config(cfg).eval()
+
+
+def test_vision_tower_rotary_cannot_express_refused_unless_not_strict():
+    model = _step3p7()
     with pytest.raises(ValueError) as e:
         rotary.hf.patch(model)
     msg = str(e.value)
-    assert "visual.rotary_pos_emb (Qwen2_5_VLVisionRotaryEmbedding, model type 'qwen2_5_vl_vision')" in msg
-    assert "(a vision/audio tower)" in msg and "vision_rope reads" in msg
+    assert "vision_model.rotary_emb (Step3p7VisionRotaryEmbedding, model type 'step3p5_vision')" in msg
+    assert "(a vision/audio tower)" in msg and "first block of pairs to the column" in msg
     assert "language_model" not in msg  # the text RoPE is served
     with rotary.hf.patched(model, strict=False) as report:
         assert [m.path for m in report.modules] == ["model.language_model.rotary_emb"]
-        assert [p for p, _ in report.kept] == ["model.visual.rotary_pos_emb"]
-        assert isinstance(report.modules[0].ropes[None], rotary.MRoPE)
-        assert "forward" not in vars(model.model.visual.rotary_pos_emb)
+        assert [p for p, _ in report.kept] == ["model.vision_model.rotary_emb"]
+        assert "forward" not in vars(model.model.vision_model.rotary_emb)
+
+
+def _vl_model(name: str):
+    """A tiny Qwen2.5-VL / Qwen3-VL whose vocabulary holds its image tokens (Qwen2.5-VL with a
+    windowed block before the full one: window order matters)."""
+    d = F._tiny_dict(BY_NAME[name])
+    d.update(image_token_id=5, video_token_id=6, vision_start_token_id=4, vision_end_token_id=7)
+    if name == "Qwen2.5-VL":
+        d["vision_config"] = {
+            **d["vision_config"],
+            "depth": 2,
+            "fullatt_block_indexes": [1],
+            "window_size": 56,
+        }
+    cfg = F._config(d)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return getattr(transformers, BY_NAME[name].model)(cfg).eval()
+
+
+def _image_inputs(model, grid=(1, 12, 16), seed=4):
+    """A prompt with one image of ``grid`` patches: input_ids, pixel_values, image_grid_thw."""
+    vc = model.config.vision_config
+    thw = torch.tensor([grid])
+    n = int(thw.prod())
+    width = vc.in_channels * vc.temporal_patch_size * vc.patch_size**2
+    pixels = torch.randn(n, width, generator=torch.Generator().manual_seed(seed))
+    image = torch.full((n // vc.spatial_merge_size**2,), model.config.image_token_id)
+    ids = torch.cat([torch.tensor([1, 2, 4]), image, torch.tensor([7, 9, 10, 11])])[None]
+    return {
+        "input_ids": ids,
+        "pixel_values": pixels,
+        "image_grid_thw": thw,
+        "mm_token_type_ids": (ids == model.config.image_token_id).long(),
+    }
+
+
+@pytest.mark.parametrize("name", ["Qwen2.5-VL", "Qwen3-VL"])
+def test_vl_model_with_image_patched_by_default_bitwise_in_float32_mode(name):
+    # The vision tower and the text model, each rotary's RoPE (strict: nothing refused); with an
+    # image in the prompt the tower runs, and in float32 mode the logits are transformers' bit for bit.
+    model = _vl_model(name)
+    kw = _image_inputs(model)
+    with torch.no_grad():
+        want = model(**kw).logits
+        other = model(**{**kw, "pixel_values": _image_inputs(model, seed=5)["pixel_values"]}).logits
+    assert not torch.equal(other, want)  # (the image reaches the logits)
+    with rotary.hf.patched(model, angles="float32") as report:
+        assert [m.path for m in report.modules] == [
+            "model.visual.rotary_pos_emb",
+            "model.language_model.rotary_emb",
+        ]
+        assert not report.kept
+        with torch.no_grad():
+            got = model(**kw).logits
+    assert torch.equal(got, want)
+    with rotary.hf.patched(model), torch.no_grad():  # exact angles (the default), strict
+        exact = model(**kw).logits
+    assert float((exact - want).abs().max()) <= 64 * EPS32 * max(1.0, float(want.abs().max()))
 
 
 def test_vision_tower_rotary_reads_is_patched():
