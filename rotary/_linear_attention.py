@@ -276,9 +276,9 @@ def _check_nonnegative(be: Backend, arrays: list[tuple[str, Array | None]]) -> N
     """A callable feature map must give non-negative features for ``similarity="dot"``
     (checked where values are concrete; documented as unchecked under tracing)."""
     for name, f in arrays:
-        if f is None or not be.is_concrete(f):
+        host = None if f is None else be.readable_values(f)
+        if host is None:
             continue
-        host = be.host_values(f)
         lo = host.min() if host.size else 0
         if lo < 0:
             raise ValueError(

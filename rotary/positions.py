@@ -87,8 +87,9 @@ def _total(be: Backend, x: Array, name: str, total: Any, *, cu: bool) -> int:
     """The packed length: ``total``, or the documents' when ``None``; the values of ``x``
     (cumulative when ``cu``) are checked where they can be read."""
     known = None
-    if be.is_concrete(x):
-        h = np.asarray(be.host_values(x), dtype=np.int64)
+    values = be.readable_values(x)
+    if values is not None:
+        h = values.astype(np.int64)
         if cu:
             if h[0] != 0:
                 raise ValueError(

@@ -137,9 +137,9 @@ KINDS: dict[str, Kind] = {
     # (stand-ins of the half-compliant libraries the issue-35 probe found: quantity-array, mparray,
     # heat.array_api's any, mlx's arrays without device)
     "wraparray refusing device= (quantity-array)": Kind(_wraparray("wraparray.deviceless", deviceless=True)),
-    "wraparray of object values, no DLPack (mparray)": Kind(
-        _wraparray("wraparray.objects", object_values=True)
-    ),
+    "wraparray of object values, no DLPack": Kind(_wraparray("wraparray.objects", object_values=True)),
+    # (served without reading a value: positions unchecked, as under a trace)
+    "wraparray with no way to the host (mparray)": Kind(_wraparray("wraparray.no_host", no_host=True)),
     "wraparray whose any() departs (heat.array_api)": Kind(
         _wraparray("wraparray.broken_any", broken=("any",))
     ),

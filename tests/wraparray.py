@@ -169,6 +169,7 @@ def make_library(
     version: str = __array_api_version__,
     deviceless: bool = False,
     object_values: bool = False,
+    no_host: bool = False,
     broken: tuple[str, ...] = (),
 ) -> types.ModuleType:
     """A new array library ``name`` (a module object, registered in ``sys.modules``) with its own
@@ -176,7 +177,8 @@ def make_library(
     half-compliant libraries have them: ``lacking`` functions it does not have; ``device`` its one
     device object (``None``: its arrays have no ``device`` attribute, mlx's); ``deviceless``: its
     functions refuse ``device=`` (quantity-array's); ``object_values``: no DLPack, and its
-    ``__array__`` gives an object array of Python numbers (mparray's); ``broken`` functions raise
+    ``__array__`` gives an object array of Python numbers; ``no_host``: no DLPack and no
+    ``__array__`` (mparray's: NumPy reads it as a 0-d object array); ``broken`` functions raise
     ``TypeError`` (heat.array_api's ``any``)."""
     lib = types.ModuleType(name, f"wraparray library {name!r}")
     attrs: dict[str, Any] = {"__slots__": (), "_lib": lib}
@@ -188,6 +190,10 @@ def make_library(
     if not readable:
         for dunder in ("__bool__", "__int__", "__float__", "__index__", "__dlpack__", "__array__", "__len__"):
             setattr(cls, dunder, _refuse)
+    if no_host:
+        cls.__dlpack__ = _no_dlpack  # type: ignore[method-assign]
+        cls.__array__ = None  # type: ignore[attr-defined,assignment]
+        cls.__len__ = _refuse  # type: ignore[method-assign]
     if object_values:
         cls.__dlpack__ = _no_dlpack  # type: ignore[method-assign]
         cls.__array__ = lambda self, dtype=None, copy=None: np.array(self._a.tolist(), dtype=object)  # type: ignore[attr-defined]

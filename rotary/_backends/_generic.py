@@ -19,6 +19,7 @@ import numpy as np
 from .._lib import _validation as v
 from .._lib._cache import fast_paths_enabled, get_or_build
 from .._lib._compat import (
+    Unreadable,
     capability,
     is_array,
     is_host_positions,
@@ -159,6 +160,17 @@ class Backend:
         unchecked, no value-dependent fast path)."""
         return self.values_readable and not is_lazy(x)
 
+    def readable_values(self, x: Array) -> np.ndarray | None:
+        """Host values of ``x`` where they can be read now (:meth:`is_concrete`, and a way to
+        the host exists: DLPack or a numeric ``__array__``), for checks that are skipped
+        otherwise, as under a trace; ``None`` where they cannot."""
+        if not self.is_concrete(x):
+            return None
+        try:
+            return np.asarray(self.host_values(x))
+        except Unreadable:
+            return None
+
     def tracing(self) -> bool:
         """A trace (``jax.jit``, ``torch.compile``) is being recorded: nothing may be built
         for the cache from traced operations."""
@@ -201,7 +213,8 @@ class Backend:
             host = _host_positions(pos, name)
             rng = _check_host(host, name)
             return self._from_host(host, rng, name=name, device=device), rng
-        return pos, (_check_host(self.host_values(pos), name) if self.is_concrete(pos) else None)
+        values = self.readable_values(pos)
+        return pos, (None if values is None else _check_host(values, name))
 
     def _from_host(
         self, host: np.ndarray, rng: tuple[int, int] | None, *, name: str, device: Device

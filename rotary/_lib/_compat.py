@@ -21,6 +21,7 @@ __all__ = [
     "OLDEST_STANDARD",
     "REQUIRED",
     "MissingFunction",
+    "Unreadable",
     "array_namespace",
     "as_namespace",
     "capability",
@@ -295,6 +296,11 @@ REQUIRED = (
 )  # fmt: skip
 
 
+class Unreadable(TypeError):
+    """An array whose values cannot reach the host (no working DLPack, no numeric ``__array__``):
+    where reading them is optional (position checks), rotary goes on as under a trace."""
+
+
 class MissingFunction(TypeError, AttributeError):
     """A namespace lacks a function rotary needs (raised where rotary reads it; an
     ``AttributeError`` too, so ``hasattr`` and ``getattr`` with a default see it as absent)."""
@@ -525,13 +531,13 @@ def _foreign_to_numpy(x: Any) -> np.ndarray:
         try:
             out = np.asarray(x)
         except Exception as e:
-            raise TypeError(f"cannot read the values of a {what(x)} on the host: {e}") from None
+            raise Unreadable(f"cannot read the values of a {what(x)} on the host: {e}") from None
     if out.dtype.name == "bfloat16":
         out = out.astype(np.float32)
     if out.dtype.kind == "O" and out.shape == tuple(x.shape):
         out = _numbers(out)  # (Python numbers in an object array: mparray's, for one)
     if out.dtype.kind not in "biuf":
-        raise TypeError(
+        raise Unreadable(
             f"cannot read the values of a {what(x)} on the host "
             f"(no DLPack, and NumPy reads it as {out.dtype})"
         )
