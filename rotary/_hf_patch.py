@@ -25,11 +25,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._backends import backend_for
 from ._lib._compat import array_namespace, device, to_numpy
 from ._lib._typing import AngleMethod
 from ._lib._typing import Layout as Pairing
 from ._math._rotation import expand_pairs
-from ._backends import backend_for
 from ._rope import RoPE, Rotary, hf_polar
 from .multiaxis import AxialRoPE, MRoPE
 
