@@ -150,3 +150,25 @@ def test_the_oldest_standard_version_is_declared() -> None:
         "2023.12"
         in (Path(__file__).resolve().parents[1] / "docs" / "guides" / "array_libraries.rst").read_text()
     )
+
+
+def test_a_library_half_imported_by_another_thread_is_not_read() -> None:
+    """Recognition reads ``sys.modules``: while another thread imports torch, ``torch`` is there
+    without ``Tensor`` yet (the state matrix's threads scenario failed with ``partially initialized
+    module 'torch' has no attribute 'Tensor'``).  Reproduced deterministically in a fresh process."""
+    import subprocess
+    import textwrap
+
+    code = """
+        import sys, types
+        import numpy as np
+        import rotary
+        for name in ("torch", "torch.fx", "torch.distributed.tensor", "array_api_strict._array_object"):
+            sys.modules[name] = types.ModuleType(name)  # (half imported: no attributes yet)
+        x = np.ones((3, 8), dtype=np.float32)
+        print(float(np.abs(rotary.rotate(x, np.arange(3))).max()))
+    """
+    res = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr[-2000:]

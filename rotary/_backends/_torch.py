@@ -380,8 +380,8 @@ class _CustomGrad(torch.autograd.Function):  # type: ignore[misc]
 # -- DTensor: rotated shard by shard ---------------------------------------------------------------
 def _is_dtensor(x: Any) -> bool:
     """``x`` is a ``torch.distributed.tensor.DTensor`` (never imports the module)."""
-    m = sys.modules.get("torch.distributed.tensor")
-    return m is not None and isinstance(x, m.DTensor)
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+    return dtensor is not None and isinstance(x, dtensor)
 
 
 def _global_positions(pos: Any) -> Any:

@@ -64,8 +64,8 @@ def _torch_tensor(x: object) -> bool:
     """``x`` is a ``torch.Tensor`` (any subclass: ``Parameter``, DTensor, a user's
     ``__torch_function__`` class), without importing torch (none exists if torch is not imported).
     (``torch.compile`` traces this: a dictionary read and an ``isinstance``.)"""
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
+    tensor = getattr(sys.modules.get("torch"), "Tensor", None)  # (None while torch is imported)
+    return tensor is not None and isinstance(x, tensor)
 
 
 def refusal(x: object) -> str | None:
@@ -75,8 +75,8 @@ def refusal(x: object) -> str | None:
     array type (``numpy.ndarray``, ``torch.Tensor`` and their subclasses...), an object whose
     type has ``__array_namespace__``, or what ``array_api_compat`` recognises.  Type names and
     module names are never consulted."""
-    fx = sys.modules.get("torch.fx")
-    if fx is not None and isinstance(x, fx.Proxy):
+    proxy = getattr(sys.modules.get("torch.fx"), "Proxy", None)
+    if proxy is not None and isinstance(x, proxy):
         return (
             "a torch.fx Proxy (torch.fx.symbolic_trace): rotary reads shapes and dtypes, which a "
             "Proxy does not have. Trace with torch.export.export, torch.compile, make_fx or "
@@ -500,8 +500,8 @@ def to_numpy(x: Any) -> np.ndarray:
 
 
 def _is_strict(x: Any) -> bool:
-    strict = sys.modules.get("array_api_strict._array_object")  # (its array type's home)
-    return strict is not None and isinstance(x, strict.Array)
+    array = getattr(sys.modules.get("array_api_strict._array_object"), "Array", None)  # (its home)
+    return array is not None and isinstance(x, array)
 
 
 def _numbers(out: np.ndarray) -> np.ndarray:
