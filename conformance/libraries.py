@@ -184,23 +184,14 @@ def run_libraries(
             )
             continue
         if name in table:
+            passed: bool | None = True
+            detail = "checked in the table: " + ", ".join(table[name])
             try:
                 path = library_path(_namespace(importlib.import_module(module)))
             except Exception as e:  # (e.g. CuPy with no GPU, an unsupported standard version)
                 path = "? (unsupported standard version)" if "standard" in str(e) else f"? ({why(e)})"
-                out.append(
-                    {
-                        "library": name,
-                        "version": _version(module.split(".")[0]),
-                        "installed": True,
-                        "recognised": True,
-                        "path": path,
-                        "passed": None if "standard" not in path else False,
-                        "detail": "in the table, not checked: " + str(e).splitlines()[0][:300],
-                        "in_table": True,
-                    }
-                )
-                continue
+                passed = False if "standard" in str(e) else None
+                detail = "in the table, not checked: " + str(e).splitlines()[0][:300]
             out.append(
                 {
                     "library": name,
@@ -209,8 +200,8 @@ def run_libraries(
                     "recognised": True,
                     "path": path,
                     "note": _NOTE if path.startswith("generic") else "",
-                    "passed": True,
-                    "detail": "checked in the table: " + ", ".join(table[name]),
+                    "passed": passed,
+                    "detail": detail,
                     "in_table": True,
                 }
             )

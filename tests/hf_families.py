@@ -250,17 +250,7 @@ FAMILIES: list[Family] = [
     ),
     Family(
         "Qwen3",
-        {
-            "model_type": "qwen3",
-            "hidden_size": 4096,
-            "num_attention_heads": 32,
-            "num_key_value_heads": 8,
-            "head_dim": 128,
-            "num_hidden_layers": 36,
-            "max_position_embeddings": 40960,
-            "rope_theta": 1000000,
-            "rope_scaling": None,
-        },
+        {**_case("yarn_original"), "rope_scaling": None},  # (Qwen3-8B's config.json, as published)
         {"head_dim": 128, "rotary_dim": 128, "base": 1000000.0, "layout": "half", "scaling": "Default"},
         tiny=_TINY,
         note="Qwen3-8B",

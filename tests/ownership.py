@@ -302,19 +302,10 @@ def _axial() -> Any:
 #: Instances whose public methods and properties are called, per class (by qualified name): a
 #: function making them afresh (each call of the inventory gets its own, as a caller would).
 def instances(e: Env) -> dict[str, Callable[[], list[Any]]]:
+    from transforms import MINISTRAL3 as config  # (a ModelRope with query scales; head_dim 16)
+
     import rotary
 
-    config = {
-        "model_type": "ministral3",
-        "head_dim": HEAD,
-        "num_hidden_layers": 2,
-        "rope_parameters": {
-            "rope_type": "default",
-            "rope_theta": 1e6,
-            "llama_4_scaling_beta": 0.1,
-            "original_max_position_embeddings": 4,
-        },
-    }
     return {
         "RoPE": _ropes,
         "MRoPE": lambda: [rotary.MRoPE(HEAD, (4, 2, 2)), rotary.MRoPE(HEAD, (4, 2, 2), interleaved=True)],

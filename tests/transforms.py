@@ -572,19 +572,19 @@ _LONGROPE = rotary.RoPE(
     },
 )
 _R16, _MR16, _AX16 = rotary.RoPE(16), rotary.MRoPE(16, (2, 3, 3)), rotary.AxialRoPE(16, 2)
-_MODEL = rotary.hf.model_rope(
-    {
-        "model_type": "ministral3",
-        "head_dim": 16,
-        "num_hidden_layers": 2,
-        "rope_parameters": {
-            "rope_type": "default",
-            "rope_theta": 1e6,
-            "llama_4_scaling_beta": 0.1,
-            "original_max_position_embeddings": 4,
-        },
-    }
-)
+#: A model with position-dependent query scales (Ministral 3's ``llama_4_scaling_beta``).
+MINISTRAL3 = {
+    "model_type": "ministral3",
+    "head_dim": 16,
+    "num_hidden_layers": 2,
+    "rope_parameters": {
+        "rope_type": "default",
+        "rope_theta": 1e6,
+        "llama_4_scaling_beta": 0.1,
+        "original_max_position_embeddings": 4,
+    },
+}
+_MODEL = rotary.hf.model_rope(MINISTRAL3)
 
 
 def entry_arrays(rng: np.random.Generator) -> Arrays:

@@ -13,7 +13,26 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CASES", "Case"]
+__all__ = ["ARCHITECTURES", "CASES", "Case"]
+
+#: The ``architectures`` a published checkpoint of each case's ``model_type`` carries in its
+#: config.json (the cases keep only the RoPE keys; adapters whose engine dispatches on the
+#: architecture, as converters and model registries do, read it here).
+ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "ministral3": "Ministral3ForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen2_vl": "Qwen2VLForConditionalGeneration",
+    "gpt_oss": "GptOssForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+    "phi": "PhiForCausalLM",
+    "gpt_neox": "GPTNeoXForCausalLM",
+    "gptj": "GPTJForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
+}
 
 
 def _ramp(n: int, lo: float, hi: float) -> list[float]:

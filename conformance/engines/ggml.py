@@ -99,6 +99,8 @@ import numpy as np
 
 from rotary.testing.engine import Unsupported
 
+from .cases import ARCHITECTURES
+
 NAME = "ggml"
 PYTHON = "3.11"
 #: ggml's CPU RoPE takes F32 and F16 tensors (``ggml_compute_forward_rope``): no bfloat16.
@@ -120,21 +122,6 @@ _SDIST = "llama_cpp_python-0.3.36"
 #: The llama.cpp source (converter, gguf-py, src/) when ``$LLAMA_CPP_SRC`` is not set.
 _SRC_DEFAULT = os.path.join(os.path.dirname(sys.prefix), _SDIST, "vendor", "llama.cpp")
 
-#: The ``architectures`` each case's published config.json carries (the matrix keeps RoPE keys).
-_ARCHITECTURES = {
-    "llama": "LlamaForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-    "gpt_oss": "GptOssForCausalLM",
-    "ministral3": "Ministral3ForCausalLM",
-    "deepseek_v3": "DeepseekV3ForCausalLM",
-    "phi3": "Phi3ForCausalLM",
-    "phi": "PhiForCausalLM",
-    "gpt_neox": "GPTNeoXForCausalLM",
-    "gptj": "GPTJForCausalLM",
-    "qwen2_vl": "Qwen2VLForConditionalGeneration",
-    "gemma3_text": "Gemma3ForCausalLM",
-}
 #: Non-RoPE fields a converter reads that the matrix's dicts leave out (placeholders; the
 #: published value where a converter uses it, e.g. gpt-oss's sliding window).
 _PLACEHOLDERS: dict[str, Any] = {
@@ -234,9 +221,9 @@ def _convert(config: Mapping[str, Any]) -> dict[str, Any]:
     cfg = dict(config)
     mt = str(cfg.get("model_type"))
     if "architectures" not in cfg:
-        if mt not in _ARCHITECTURES:
+        if mt not in ARCHITECTURES:
             raise Unsupported(f"no published architectures known for model_type {mt!r}")
-        cfg["architectures"] = [_ARCHITECTURES[mt]]
+        cfg["architectures"] = [ARCHITECTURES[mt]]
     for k, v in _PLACEHOLDERS.items():
         cfg.setdefault(k, v)
     logging.disable(logging.WARNING)  # the converter's info/warning lines

@@ -98,6 +98,8 @@ import numpy as np
 
 from rotary.testing.engine import Unsupported
 
+from .cases import ARCHITECTURES
+
 NAME = "sglang"
 PYTHON = "3.11"
 INSTALL = """\
@@ -112,22 +114,6 @@ venv/bin/pip install --no-deps -e "$ROTARY" array-api-compat"""
 
 __all__ = ["INSTALL", "NAME", "PYTHON", "build", "version"]
 
-#: The ``architectures`` each case's published config.json carries (the matrix keeps RoPE keys).
-_ARCHITECTURES = {
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-    "gpt_oss": "GptOssForCausalLM",
-    "ministral3": "Ministral3ForCausalLM",
-    "deepseek_v3": "DeepseekV3ForCausalLM",
-    "phi3": "Phi3ForCausalLM",
-    "phi": "PhiForCausalLM",
-    "gpt_neox": "GPTNeoXForCausalLM",
-    "gptj": "GPTJForCausalLM",
-    "qwen2_vl": "Qwen2VLForConditionalGeneration",
-    "gemma3_text": "Gemma3ForCausalLM",
-}
 _DTYPES = {"float32", "bfloat16", "float16"}
 
 
@@ -157,9 +143,9 @@ def _hf_config(config: Mapping[str, Any]) -> Any:
     cfg = dict(config)
     mt = str(cfg.get("model_type"))
     if "architectures" not in cfg:
-        if mt not in _ARCHITECTURES:
+        if mt not in ARCHITECTURES:
             raise Unsupported(f"no published architectures known for model_type {mt!r}")
-        cfg["architectures"] = [_ARCHITECTURES[mt]]
+        cfg["architectures"] = [ARCHITECTURES[mt]]
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f)
@@ -423,7 +409,7 @@ def build(config: Mapping[str, Any], *, layer_type: str | None, dtype: str) -> _
     from sglang.srt.layers.rotary_embedding import get_rope, get_rope_wrapper
 
     hf = _hf_config(config)
-    arch = (getattr(hf, "architectures", None) or [_ARCHITECTURES.get(str(config.get("model_type")), "")])[0]
+    arch = (getattr(hf, "architectures", None) or [ARCHITECTURES.get(str(config.get("model_type")), "")])[0]
     args = _rope_args(hf, arch, layer_type)
     if args.get("gemma3"):
         return _Gemma3Rope(hf, layer_type, args, dtype)

@@ -34,6 +34,8 @@ Code path, per load:
                                   ``head_dim = hidden_size // num_heads``; Qwen2-VL's language
                                   model is ``Qwen2ForCausalLM`` -> ``MRotaryEmbedding``, table
                                   ``4 * max_position_embeddings``)
+   Qwen3ForCausalLM               ``qwen3.py`` ``Qwen3Attention`` (``set_default_rope_theta(1e6)``,
+                                  ``head_dim`` from the config)
    GptOssForCausalLM              ``gpt_oss.py`` ``OAIAttention``: a rebuilt YaRN dict (theta,
                                   factor, L0, betas, truncate; nothing else), ``dtype=float32``
    DeepseekV3ForCausalLM          ``deepseek_v2.py`` ``DeepseekV2MLAAttention``: ``rope_type``
@@ -98,6 +100,8 @@ import numpy as np
 
 from rotary.testing.engine import Unsupported
 
+from .cases import ARCHITECTURES
+
 NAME = "vllm"
 PYTHON = "3.11"
 INSTALL = """\
@@ -114,21 +118,6 @@ pip install --no-deps packaging pydantic pydantic_core typing_inspection annotat
 pip install --no-deps -e "$ROTARY" array-api-compat
 export VLLM_TARGET_DEVICE=cpu   # the adapter also sets it before importing vllm"""
 
-#: The architecture a checkpoint of each ``model_type`` publishes (cases omit ``architectures``).
-_ARCHITECTURES = {
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "ministral3": "Ministral3ForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen2_vl": "Qwen2VLForConditionalGeneration",
-    "gpt_oss": "GptOssForCausalLM",
-    "deepseek_v3": "DeepseekV3ForCausalLM",
-    "phi3": "Phi3ForCausalLM",
-    "phi": "PhiForCausalLM",
-    "gpt_neox": "GPTNeoXForCausalLM",
-    "gptj": "GPTJForCausalLM",
-    "gemma3_text": "Gemma3ForCausalLM",
-}
 _LLAMA_LIKE = {"LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausalLM", "Phi3ForCausalLM"}
 _QWEN2_LIKE = {"Qwen2ForCausalLM", "Qwen2VLForConditionalGeneration"}
 _HF_BACKEND = {"PhiForCausalLM": "phi", "GPTNeoXForCausalLM": "gpt_neox"}
@@ -162,7 +151,7 @@ def _read_config(config: Mapping[str, Any]) -> Any:
 
     d = dict(config)
     if not d.get("architectures"):
-        arch = _ARCHITECTURES.get(str(d.get("model_type")))
+        arch = ARCHITECTURES.get(str(d.get("model_type")))
         if arch is None:
             raise Unsupported(f"model_type {d.get('model_type')!r}: no vLLM model file reproduced")
         d["architectures"] = [arch]
@@ -356,6 +345,15 @@ def build(
             elif arch in _QWEN2_LIKE:
                 set_default_rope_theta(cfg, default_theta=1000000)
                 head_dim = cfg.hidden_size // cfg.num_attention_heads
+                rope = re_mod.get_rope(
+                    head_dim,
+                    max_position=cfg.max_position_embeddings,
+                    rope_parameters=cfg.rope_parameters,
+                    dual_chunk_attention_config=getattr(cfg, "dual_chunk_attention_config", None),
+                )
+            elif arch == "Qwen3ForCausalLM":  # qwen3.py: Qwen3DecoderLayer, Qwen3Attention
+                set_default_rope_theta(cfg, default_theta=1000000)
+                head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
                 rope = re_mod.get_rope(
                     head_dim,
                     max_position=cfg.max_position_embeddings,
