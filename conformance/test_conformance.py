@@ -16,6 +16,7 @@ from conformance import report, suite
 from rotary.testing.backends import available, backend_params
 
 
+@pytest.mark.slow
 @pytest.mark.slow_backends_too
 @pytest.mark.parametrize("column", suite.COLUMNS, ids=[c.key for c in suite.COLUMNS])
 @pytest.mark.parametrize("backend", backend_params())

@@ -25,6 +25,10 @@ from rotary.testing.backends import backend_params
 
 
 def pytest_collection_modifyitems(config, items):
+    # The tests marked slow (fresh interpreters, compiles, whole-package checks: 8 to 35 s each)
+    # first: pytest-xdist hands tests out in this order, and a long test left for the end keeps
+    # one worker busy while the others idle (a stable sort: the rest keep their order).
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     for item in items:
         if item.get_closest_marker("slow_backend") and not item.get_closest_marker("slow_backends_too"):
             item.add_marker(

@@ -526,6 +526,11 @@ JAX_CONTEXTS = frozenset(
     {"jax_jit", "jax_vmap", "jax_grad", "jax_export", "transfer_guard", "transfer_guard_cold_apply"}
 )
 
+#: Contexts that change process-wide settings (threads, the cache's limit, clearing it): their
+#: follow-ups are every library's; any other context is followed by NumPy's eager calls (what the
+#: shared cache would hand another library) and by its own library's (:func:`follow_ups`).
+SHARED_CONTEXTS = frozenset({"threads", "cache_limit_0", "clear_cache"})
+
 
 # -- eager follow-ups ----------------------------------------------------------------------------
 def _eager(params: dict[str, Any]) -> None:
@@ -614,6 +619,19 @@ EAGER: list[dict[str, Any]] = [
     _step("jax", "rope_apply", 0, "float32", "decode", "small"),
     _step("jax", "cos_sin", 2, "float32", "long", "past_table"),
 ]
+
+
+def follow_ups(context: str) -> list[dict[str, Any]]:
+    """The eager steps that follow ``context`` in the state matrix: NumPy's and those of the
+    library the context ran in (every library's after a process-wide setting).  A context can
+    only leave state made in its own library; NumPy's calls see what the shared cache would hand
+    any other library, and ``tests/test_state_fuzz.py`` mixes contexts of both libraries in one
+    process.  (Not importing the other framework saves a third of each process's time.)"""
+    if context in SHARED_CONTEXTS:
+        libs = {"numpy", "torch", "jax"}
+    else:
+        libs = {"numpy", "jax" if context in JAX_CONTEXTS else "torch"}
+    return [e for e in EAGER if e["lib"] in libs]
 
 
 def has_jax() -> bool:

@@ -312,6 +312,7 @@ def test_cubed_one_namespace_whatever_is_looked_up_first():
     _in_a_fresh_process(code)
 
 
+@pytest.mark.slow
 def test_cubed_arrays_of_any_spec_whatever_ran_before():
     # Regression: rotary made its arrays (constants, positions, tables) with cubed's default Spec
     # and cached them by device alone, so arrays made with an explicit ``spec=`` failed ("Arrays

@@ -20,6 +20,7 @@ pytest.importorskip("torch")
 HERE = Path(__file__).resolve().parent
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 4])
 def test_context_parallel_matches_one_process(world, tmp_path):
     out = tmp_path / "cp.json"

@@ -47,6 +47,7 @@ def test_docs_snippet_runs(code, tmp_path, monkeypatch):
     exec(compile(code, "<docs snippet>", "exec"), {"__name__": "__docs__"})
 
 
+@pytest.mark.slow
 def test_sphinx_builds_without_warnings(tmp_path):
     for mod in ("sphinx", "numpydoc", "pydata_sphinx_theme"):
         pytest.importorskip(mod, reason=f"{mod} not installed (pip install '.[docs]')")

@@ -30,6 +30,7 @@ def report() -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_dtensors_equal_the_local_computation_with_gradients(report: dict) -> None:
     rows = report["results"]
     assert len(rows) == 5 * 4 * 3  # cases x placements x kinds of positions

@@ -162,12 +162,14 @@ def test_rotary_itself_gives_the_committed_row() -> None:
     _same_row("rotary_self", _worker("rotary_self", list(CASES)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CHEAP))
 def test_cheap_engines_give_the_committed_rows(name: str, cheap_engines: dict[str, str]) -> None:
     pytest.importorskip("torch")
     _same_row(name, _worker(name, list(CASES), path=cheap_engines[name]))
 
 
+@pytest.mark.slow
 def test_liger_gives_the_committed_row() -> None:
     pytest.importorskip("liger_kernel")
     pytest.importorskip("transformers")

@@ -56,6 +56,7 @@ def _census_configs() -> list[tuple[str, dict, str | None]]:
     return out
 
 
+@pytest.mark.slow
 def test_rotary_passes_every_census_family_and_layer_type() -> None:
     """Every (model type, layer type) pair the census matches bit for bit (transformers' own
     modules), read by rotary.hf into the float32 recipe, passes against the exact truth."""

@@ -87,6 +87,7 @@ def _site_dirs() -> list[str]:
     return [d for d in dict.fromkeys(dirs) if Path(d).is_dir()]
 
 
+@pytest.mark.slow
 def test_conformance_runs_from_the_installed_wheel(wheel, tmp_path):
     # Regression: the environment was made with system_site_packages=True, which sees the
     # *base* interpreter's packages; in a virtual environment those lack array_api_compat.

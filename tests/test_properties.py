@@ -161,6 +161,7 @@ def test_jax_jit_matches_the_oracle(data):
     _run(b, case, _traced("jax", kw))
 
 
+@pytest.mark.slow
 @given(data=st.data())
 @TRACED
 def test_torch_compile_matches_the_oracle(data):

@@ -3,9 +3,10 @@
 The warm process that runs the rest of the suite cannot see process state (a constant cached
 inside an export, a table leaking into a fake mode), so each scenario here starts a new
 interpreter (``tests/state_scenarios.py``): one first context (an export, a compile, a fake
-mode, a JAX transformation, threads...), then a mix of plain eager calls on NumPy, torch and
-JAX, every result compared with the float64 oracle within ``finfo`` tolerance and, bit for bit,
-with the generic code (``rotary.fast_paths(False)``).
+mode, a JAX transformation, threads...), then a mix of plain eager calls on NumPy and the
+context's own library (torch or JAX; all three after threads or a cache setting), every
+result compared with the float64 oracle within ``finfo`` tolerance and, bit for bit, with the
+generic code (``rotary.fast_paths(False)``).
 
 A new first context is one entry of ``state_scenarios.CONTEXTS``.
 """
@@ -26,6 +27,7 @@ sys.path.insert(0, str(HERE))
 import state_scenarios as S  # noqa: E402
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # (each test a fresh interpreter: scheduled first)
 
 
 def run_fresh(steps: list[list]) -> list[dict]:
@@ -60,8 +62,9 @@ def _expected(steps: list[list]) -> int:
 @pytest.mark.parametrize("first", list(S.CONTEXTS))
 def test_first_context_then_eager_calls(first):
     """The state matrix: a first context three times (a plain configuration, a partial
-    interleaved one, an HF scaling dict), then every eager follow-up."""
-    steps = [[first, 0], [first, 3], [first, 4], *(["eager", e] for e in S.EAGER)]
+    interleaved one, an HF scaling dict), then the eager follow-ups of its library and NumPy's
+    (every library's after a process-wide setting: ``state_scenarios.follow_ups``)."""
+    steps = [[first, 0], [first, 3], [first, 4], *(["eager", e] for e in S.follow_ups(first))]
     assert_all_ok(run_fresh(steps), _expected(steps))
 
 

@@ -64,6 +64,7 @@ def _check(steps: list) -> None:
     _RAN.append(1)
 
 
+@pytest.mark.slow
 @settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
 @given(sequences)
 def test_random_sequences_in_fresh_processes(steps):

@@ -236,6 +236,7 @@ def _entry_failures(
     return bad
 
 
+@pytest.mark.slow
 def test_every_entry_point_under_torch_compile_fullgraph() -> None:
     from rotary.modules.torch import LearnedRoPE
 
@@ -252,6 +253,7 @@ def test_every_entry_point_under_torch_compile_fullgraph() -> None:
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.slow
 def test_every_entry_point_under_jax_jit() -> None:
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp

@@ -19,6 +19,7 @@ pytest.importorskip("triton")
 HERE = Path(__file__).resolve().parent
 
 
+@pytest.mark.slow
 def test_kernel_cases_in_the_triton_interpreter():
     env = dict(os.environ, TRITON_INTERPRET="1")
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-x"]

@@ -16,6 +16,7 @@ import pytest
 from snippets import ROOT, all_snippets
 
 
+@pytest.mark.slow
 def test_pyright_clean_on_package_and_snippets(tmp_path):
     pyright = shutil.which("pyright")
     if pyright is None:
