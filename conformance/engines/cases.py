@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ARCHITECTURES", "CASES", "Case"]
+__all__ = ["ARCHITECTURES", "CASES", "Case", "as_published"]
 
 #: The ``architectures`` a published checkpoint of each case's ``model_type`` carries in its
 #: config.json (the cases keep only the RoPE keys; adapters whose engine dispatches on the
@@ -33,6 +33,21 @@ ARCHITECTURES = {
     "gptj": "GPTJForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
 }
+
+
+def as_published(config: Any) -> dict[str, Any]:
+    """A copy of a case's ``config`` with the ``architectures`` its checkpoint publishes (what a
+    converter or a model registry dispatches on); ``Unsupported`` for a ``model_type`` without
+    them."""
+    from rotary.testing.engine import Unsupported
+
+    cfg = dict(config)
+    if not cfg.get("architectures"):
+        mt = str(cfg.get("model_type"))
+        if mt not in ARCHITECTURES:
+            raise Unsupported(f"no published architectures known for model_type {mt!r}")
+        cfg["architectures"] = [ARCHITECTURES[mt]]
+    return cfg
 
 
 def _ramp(n: int, lo: float, hi: float) -> list[float]:

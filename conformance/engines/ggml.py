@@ -99,7 +99,7 @@ import numpy as np
 
 from rotary.testing.engine import Unsupported
 
-from .cases import ARCHITECTURES
+from .cases import as_published
 
 NAME = "ggml"
 PYTHON = "3.11"
@@ -218,12 +218,7 @@ def _converter_on_path() -> Iterator[None]:
 def _convert(config: Mapping[str, Any]) -> dict[str, Any]:
     """Run llama.cpp's converter on ``config`` (no weights): its GGUF metadata, extra tensors
     and the q/k row permutation it applies."""
-    cfg = dict(config)
-    mt = str(cfg.get("model_type"))
-    if "architectures" not in cfg:
-        if mt not in ARCHITECTURES:
-            raise Unsupported(f"no published architectures known for model_type {mt!r}")
-        cfg["architectures"] = [ARCHITECTURES[mt]]
+    cfg = as_published(config)
     for k, v in _PLACEHOLDERS.items():
         cfg.setdefault(k, v)
     logging.disable(logging.WARNING)  # the converter's info/warning lines

@@ -1,17 +1,8 @@
 """sglang 0.5.23's RoPE, built the way sglang's model files build it for a Hugging Face config
 (adapter for :func:`rotary.testing.check_model_rope`; imported as ``conformance.engines.sglang``).
 
-Install (CPU, Python 3.11; measured here: 405 s into a fresh venv, 2.4 GB: triton 1.0 GB, torch
-0.75 GB, sglang 0.2 GB)::
-
-    python3.11 -m venv $ENGINES/sglang/venv && cd $ENGINES/sglang
-    venv/bin/pip install torch==2.13.0 numpy
-    venv/bin/pip install --no-deps sglang==0.5.23 transformers==5.19.0 tokenizers==0.23.2 \\
-      safetensors==0.8.0 huggingface_hub triton==3.9.0 orjson psutil pybase64 requests urllib3 idna \\
-      certifi packaging pillow starlette anyio msgspec pydantic pydantic_core typing_inspection pyzmq \\
-      tqdm ipython traitlets pygments aiohttp multidict attrs yarl propcache aiohappyeyeballs aiosignal \\
-      frozenlist regex httpx2 httpcore2 truststore h11 pyyaml
-    venv/bin/pip install --no-deps -e "$ROTARY" array-api-compat
+Install (CPU, Python 3.11): :data:`INSTALL`; measured here: 405 s into a fresh venv, 2.4 GB (triton
+1.0 GB, torch 0.75 GB, sglang 0.2 GB).
 
 The sglang wheel pins ``torch==2.14.1`` and CUDA kernels (``sglang-kernel``, DeepEP, FlashMLA...);
 with ``--no-deps`` it runs on the local CPU ``torch==2.13.0`` with the light pure-Python imports
@@ -98,7 +89,7 @@ import numpy as np
 
 from rotary.testing.engine import Unsupported
 
-from .cases import ARCHITECTURES
+from .cases import ARCHITECTURES, as_published
 
 NAME = "sglang"
 PYTHON = "3.11"
@@ -140,12 +131,7 @@ def _hf_config(config: Mapping[str, Any]) -> Any:
     torchvision build for this torch; the two steps are reproduced)."""
     from transformers import AutoConfig
 
-    cfg = dict(config)
-    mt = str(cfg.get("model_type"))
-    if "architectures" not in cfg:
-        if mt not in ARCHITECTURES:
-            raise Unsupported(f"no published architectures known for model_type {mt!r}")
-        cfg["architectures"] = [ARCHITECTURES[mt]]
+    cfg = as_published(config)
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f)

@@ -100,7 +100,7 @@ import numpy as np
 
 from rotary.testing.engine import Unsupported
 
-from .cases import ARCHITECTURES
+from .cases import as_published
 
 NAME = "vllm"
 PYTHON = "3.11"
@@ -149,12 +149,7 @@ def _read_config(config: Mapping[str, Any]) -> Any:
     _vllm()
     from vllm.transformers_utils.config import get_config
 
-    d = dict(config)
-    if not d.get("architectures"):
-        arch = ARCHITECTURES.get(str(d.get("model_type")))
-        if arch is None:
-            raise Unsupported(f"model_type {d.get('model_type')!r}: no vLLM model file reproduced")
-        d["architectures"] = [arch]
+    d = as_published(config)
     with tempfile.TemporaryDirectory() as tmp:
         with open(os.path.join(tmp, "config.json"), "w") as f:
             json.dump(d, f)
