@@ -402,25 +402,11 @@ def build(config: Mapping[str, Any], *, layer_type: str | None, dtype: str) -> _
     old = torch.get_default_dtype()
     torch.set_default_dtype(getattr(torch, dtype))  # model_loader: set_default_torch_dtype
     try:
+        kw = {k: args[k] for k in ("rotary_dim", "max_position", "base", "rope_scaling", "is_neox_style")}
         if args.get("wrapper"):
-            rope = get_rope_wrapper(
-                args["head_size"],
-                rotary_dim=args["rotary_dim"],
-                max_position=args["max_position"],
-                base=args["base"],
-                rope_scaling=args["rope_scaling"],
-                is_neox_style=args["is_neox_style"],
-                device="cpu",
-            )
+            rope = get_rope_wrapper(args["head_size"], **kw, device="cpu")
         else:
-            rope = get_rope(
-                args["head_size"],
-                rotary_dim=args["rotary_dim"],
-                max_position=args["max_position"],
-                base=args["base"],
-                rope_scaling=args["rope_scaling"],
-                is_neox_style=args["is_neox_style"],
-            )
+            rope = get_rope(args["head_size"], **kw)
     finally:
         torch.set_default_dtype(old)
     return _Rope(rope, args, dtype)
