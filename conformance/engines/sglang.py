@@ -89,7 +89,7 @@ import numpy as np
 
 from rotary.testing.engine import Unsupported
 
-from .cases import ARCHITECTURES, as_published
+from .cases import as_published
 
 NAME = "sglang"
 PYTHON = "3.11"
@@ -395,7 +395,7 @@ def build(config: Mapping[str, Any], *, layer_type: str | None, dtype: str) -> _
     from sglang.srt.layers.rotary_embedding import get_rope, get_rope_wrapper
 
     hf = _hf_config(config)
-    arch = (getattr(hf, "architectures", None) or [ARCHITECTURES.get(str(config.get("model_type")), "")])[0]
+    arch = hf.architectures[0]  # (as_published gave the config its architectures)
     args = _rope_args(hf, arch, layer_type)
     if args.get("gemma3"):
         return _Gemma3Rope(hf, layer_type, args, dtype)
