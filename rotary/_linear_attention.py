@@ -1,56 +1,74 @@
-"""RoFormer linear attention with RoPE (paper eq. 19), its state, and their algebra.
+"""RoFormer linear attention with RoPE (paper eq. 19), the field's decay and gates, its state, and
+their algebra.
 
-With ``similarity="dot"``::
+With ``similarity="dot"`` (normalised, the default)::
 
-    out_i = sum_j [R_i phi(q_i)]^T [R_j phi(k_j)] v_j / max(sum_j phi(q_i)^T phi(k_j), eps)
+    out_i = sum_j w_ij [R_i phi(q_i)]^T [R_j phi(k_j)] v_j / sum_j w_ij phi(q_i)^T phi(k_j)
 
 RoPE rotates the features in the numerator only; the denominator stays unrotated (and
-positive).  With ``similarity="cosine"`` the similarity is ``1 + (R_i q^)^T (R_j k^)`` (unit
+positive).  ``w_ij = 1`` (RoFormer), or the decay between the two tokens: ``w_ij = prod_{s=j+1..i}
+a_s`` with ``a_s = decay * exp(log_gate_s)`` (RetNet's per-head ``decay``, GLA's and Mamba-2's
+per-token gates).  ``normalize=False`` drops the denominator (fla's ``normalize=False``, RetNet,
+GLA, Mamba-2).  With ``similarity="cosine"`` the similarity is ``1 + (R_i q^)^T (R_j k^)`` (unit
 vectors, zero vectors map to 0) in numerator and denominator.
 
-The state ``(S, z, offset)``: ``S = sum_j b_j v_j^T`` over the numerator key features ``b_j``
-(rotated ``phi(k_j)``), ``z = sum_j e_j`` over the denominator ones (unrotated); their width
-``F`` is ``d``, or ``d + 1`` for ``"cosine"`` (a constant feature carries the ``1 +``); float32,
-or float64 for float64 inputs.  States of disjoint key sets add (the zero state is the
-identity), so per-chunk states, their exclusive prefix sums and ``causal=True, state=prefix``
-per chunk give the rows of one call on the whole sequence.  A given state always means "keys
-before these ones, all visible".
+The denominator has no floor: the query features are scaled per token (the output does not
+depend on their scale: elu+1 in the log domain, other maps by their largest feature), and a
+denominator of exactly 0 (a query whose features are all 0, or that sees no key) gives 0.
 
-Non-causal: the key-value summary, ``O(N d d_v)``.  Causal: chunks of ``C = chunk_size``
-tokens, a masked quadratic form inside a chunk plus the prefix state before it, ``O(N C d + N d
-d_v)``.  The prefix sum is the backend's ``causal_scan``: a loop writing into one output
-(NumPy, torch, CuPy, array-api-strict: one chunk of working memory), ``lax.scan`` (JAX), one
-cumulative sum over all chunks (``torch.compile``: one graph for every length), a scan over
-blocks (Dask).  Running sums in float32 or better; the output in the input dtype.
+The state ``(S, z, offset, log_decay)``: ``S = sum_j w_j b_j v_j^T`` over the numerator key
+features ``b_j`` (rotated ``phi(k_j)``), ``z = sum_j w_j e_j`` over the denominator ones
+(unrotated; ``None`` unnormalised), each key weighted by its decay to the end of the block;
+``log_decay`` the block's total (``None``: no decay).  States of consecutive key blocks combine:
+``a + b`` (``a`` first) is ``exp(b.log_decay) a + b`` (a plain sum without decay), so per-block
+states, their exclusive prefix sums and ``causal=True, state=prefix`` per block give the rows of
+one call on the whole sequence.  A given state always means "keys before these ones, all
+visible", decayed up to the first of these tokens.
+
+Non-causal: the key-value summary, ``O(N d d_v)``; with decay, each query sees the keys on both
+sides, weighted by the gates between them (two causal passes).  Causal: the sequence streams
+through the backend's :meth:`~rotary._backends.Backend.scan` in parts (chunks of ``C =
+chunk_size`` tokens, a masked quadratic form inside a chunk, the chunk states combined in one
+matrix product), so feature maps and rotations are applied part by part and the working memory
+is one part's, whatever the length: a loop writing into one output (NumPy, torch, CuPy,
+array-api-strict), ``lax.scan`` (JAX), the whole sequence at once under ``torch.compile`` (one
+graph for every length), a chain of blocks (Dask).  Running sums in float32 or better; the output
+in the input dtype.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, overload
 
 from ._backends import Backend, backend_for
 from ._lib import _validation as chk
-from ._lib._cache import fast_paths_enabled
-from ._lib._compat import array_namespace, is_array, library_name, not_an_array
+from ._lib._cache import MISSING, fast_paths_enabled, memo_add, memo_get
+from ._lib._compat import array_namespace, is_array, library_name, namespace_of, not_an_array
 from ._lib._typing import Array, Device, DType, FeatureMapName, Namespace, RotaryEmbedding, Similarity
 from ._math import _linear
 from ._math._groups import merge_heads, split_heads
-from ._rope import default_rope, eager_positions
+from ._rope import Rotary, default_rope, eager_positions
 
 __all__ = ["FEATURE_MAPS", "LinearAttentionState", "combine", "linear_attention", "linear_attention_state"]
 
 FEATURE_MAPS = _linear.FEATURE_MAPS
 _SIMILARITIES: tuple[Similarity, ...] = ("dot", "cosine")
+#: Chunk length ``C`` of the causal algorithm, and chunks per streamed part.
+_CHUNK, _PART_CHUNKS = 64, 8
 
 
 class LinearAttentionState(NamedTuple):
     """Summary of the keys/values seen so far (see :mod:`rotary` linear attention).
 
-    ``S``: ``(..., F, d_v)``, ``z``: ``(..., F)``, ``offset``: keys absorbed.  States of
-    disjoint key sets add: ``state_a + state_b`` (same library, shapes and dtypes).
+    ``S``: ``(..., F, d_v)``, ``z``: ``(..., F)`` (``None`` for ``normalize=False``), ``offset``:
+    keys absorbed, ``log_decay``: the keys' total log-decay (``None`` without decay; ``-inf``
+    where a document boundary forgot everything before).  States of consecutive key blocks
+    combine: ``earlier + later`` is ``exp(later.log_decay) * earlier + later`` (a plain sum
+    without decay; same library, shapes and dtypes).
 
     Examples
     --------
@@ -66,14 +84,24 @@ class LinearAttentionState(NamedTuple):
     """
 
     S: Array
-    z: Array
+    z: Array | None
     offset: Any = 0
+    log_decay: Any = None
 
     def __add__(self, other: Any) -> LinearAttentionState:
         if not isinstance(other, LinearAttentionState):
             return NotImplemented
         _check_compatible(self, other)
-        return LinearAttentionState(self.S + other.S, self.z + other.z, self.offset + other.offset)
+        S, z = self.S, self.z
+        if other.log_decay is not None:
+            xp = array_namespace(S)
+            keep = xp.exp(other.log_decay)
+            S = S * keep[..., None, None]
+            z = None if z is None else z * keep[..., None]
+        ld = _add_log_decay(self.log_decay, other.log_decay)
+        return LinearAttentionState(
+            S + other.S, None if z is None else z + other.z, self.offset + other.offset, ld
+        )
 
     def __radd__(self, other: Any) -> LinearAttentionState:
         if isinstance(other, int) and not isinstance(other, bool) and other == 0:
@@ -81,13 +109,27 @@ class LinearAttentionState(NamedTuple):
         return NotImplemented
 
     def zeros_like(self) -> LinearAttentionState:
-        """The identity of ``+``: zero sums, offset 0."""
-        return LinearAttentionState(self.S * 0, self.z * 0, 0)
+        """The identity of ``+``: zero sums, offset 0, no decay."""
+        return LinearAttentionState(self.S * 0, None if self.z is None else self.z * 0, 0)
+
+
+def _add_log_decay(a: Any, b: Any) -> Any:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
 
 
 def _check_compatible(a: LinearAttentionState, b: LinearAttentionState) -> None:
+    if (a.z is None) != (b.z is None):
+        raise ValueError(
+            "cannot combine a normalised state with an unnormalised one (z is None for normalize=False)"
+        )
     for name in ("S", "z"):
         x, y = getattr(a, name), getattr(b, name)
+        if x is None:
+            continue
         if not (is_array(x) and is_array(y)):
             raise TypeError(f"state.{name} must be arrays to combine states")
         lx, ly = library_name(array_namespace(x)), library_name(array_namespace(y))
@@ -101,7 +143,7 @@ def _check_compatible(a: LinearAttentionState, b: LinearAttentionState) -> None:
 
 
 def combine(*states: LinearAttentionState) -> LinearAttentionState:
-    """Sum the states of disjoint key sets (the state of their union).
+    """The state of consecutive key blocks, in order (each decayed over the blocks after it).
 
     Examples
     --------
@@ -132,20 +174,23 @@ class _UserMap:
         return out
 
 
-def _phi(feature_map: Any, similarity: Similarity) -> tuple[Callable[[Array, Namespace], Array], bool]:
+def _phi(
+    feature_map: Any, similarity: Similarity, normalize: bool
+) -> tuple[Callable[[Array, Namespace], Array], bool]:
     """``(phi, nonnegative)``: the feature map and whether its features are never negative."""
     if feature_map is None:
-        feature_map = "identity" if similarity == "cosine" else "elu+1"
+        feature_map = "identity" if similarity == "cosine" or not normalize else "elu+1"
     if isinstance(feature_map, str):
         if feature_map not in FEATURE_MAPS:
             raise ValueError(
                 f"feature_map must be one of {sorted(FEATURE_MAPS)} or a callable, got {feature_map!r}"
             )
-        if feature_map == "identity" and similarity == "dot":
+        if feature_map == "identity" and similarity == "dot" and normalize:
             raise ValueError(
                 "feature_map='identity' with similarity='dot' gives negative denominators (features "
-                "of either sign), so outputs blow up where the denominator is clamped to eps; use a "
-                "non-negative map ('elu+1', 'relu', 'softplus') or similarity='cosine'"
+                "of either sign), so outputs are unbounded where the denominator crosses 0; use a "
+                "non-negative map ('elu+1', 'relu', 'softplus'), similarity='cosine', or "
+                "normalize=False (no denominator)"
             )
         return FEATURE_MAPS[feature_map], feature_map in _linear.NONNEGATIVE_MAPS
     if callable(feature_map):
@@ -171,13 +216,101 @@ def _key_mask(key_mask: Any, k: Array, xp: Namespace) -> Array | None:
     return key_mask
 
 
+def _as_array(x: Any, name: str, xp: Namespace, be: Backend, like: Array) -> tuple[Array, Any]:
+    """A number, sequence or array as a floating array of ``like``'s library and device, and
+    its values on the host where they can be read (``None`` elsewhere)."""
+    if is_array(x):
+        if library_name(array_namespace(x)) != library_name(xp):
+            raise TypeError(
+                f"{name} is a {type(x).__module__}.{type(x).__name__} but q, k, v are "
+                f"{library_name(xp)} arrays"
+            )
+        if not chk.is_floating(x.dtype):
+            raise TypeError(f"{name} must be real floating, got {chk.dtype_name(x.dtype)}")
+        be.check_devices([("k", like), (name, x)])
+        return x, be.readable_values(x)
+    if isinstance(x, bool) or not isinstance(x, (numbers.Real, list, tuple)):
+        raise TypeError(f"{name} must be a number, a sequence or an array, got {type(x).__name__}")
+    import numpy as np
+
+    host = np.asarray(x, dtype=np.float64)
+    return be.to_device(host, be.compute_dtype(like.dtype), be.creation_device(like)), host
+
+
+def _gates(
+    decay: Any, log_gate: Any, k: Array, kv_lead: tuple[Any, ...], cdt: DType, be: Backend
+) -> Array | None:
+    """The log-gate of every key ``(..., N)`` (or ``(..., 1)`` for a decay per head alone), in the
+    compute dtype: ``log(decay) + log_gate``; values checked where they can be read."""
+    xp = be.xp
+    g = None
+    if decay is not None:
+        d, host = _as_array(decay, "decay", xp, be, k)
+        if not chk.broadcasts_to(tuple(d.shape), kv_lead):
+            raise ValueError(
+                f"decay of shape {tuple(d.shape)} does not broadcast to the leading axes of k and v "
+                f"{kv_lead} (one decay per head, e.g. shape (heads,) or (heads, 1) ... as for k.shape[:-2])"
+            )
+        if host is not None and host.size and not ((host > 0) & (host <= 1)).all():
+            bad = host[~((host > 0) & (host <= 1))].ravel()[0]
+            raise ValueError(f"decay must lie in (0, 1] (a factor per step), got {float(bad)!r}")
+        d = d if d.dtype == cdt else xp.astype(d, cdt)
+        g = xp.log(d)[..., None]
+    if log_gate is not None:
+        lg, host = _as_array(log_gate, "log_gate", xp, be, k)
+        if not chk.broadcasts_to(tuple(lg.shape), tuple(k.shape[:-1])):
+            raise ValueError(
+                f"log_gate of shape {tuple(lg.shape)} does not broadcast to k.shape[:-1] = "
+                f"{tuple(k.shape[:-1])} (one gate per key; per query head under grouped-query "
+                "attention is not possible: the state is the keys')"
+            )
+        if host is not None and host.size and not (host <= 0).all():
+            bad = host[~(host <= 0)].ravel()[0]
+            raise ValueError(
+                f"log_gate must be <= 0 and finite (the log of a factor in (0, 1]), got {float(bad)!r}; "
+                "pass log(sigmoid(x)) for a sigmoid gate"
+            )
+        if host is not None and host.size and not math.isfinite(float(host.min())):
+            raise ValueError(
+                "log_gate must be finite: a gate that forgets everything (-inf) is a document "
+                "boundary; pass segment_ids= or cu_seqlens= for it"
+            )
+        lg = lg if lg.dtype == cdt else xp.astype(lg, cdt)
+        g = lg if g is None else g + lg
+    return g
+
+
+class _Call(NamedTuple):
+    """The static configuration of one call (hashable where its parts are: a jit key on JAX)."""
+
+    plan: _linear.Plan
+    rope: Any
+    causal: bool
+    size: int
+    part: int
+    groups: int
+    nonneg: bool
+
+
 def _state_arrays(
-    state: Any, xp: Namespace, want_S: tuple[Any, ...], want_z: tuple[Any, ...]
-) -> tuple[Array, Array, Any]:
-    if not isinstance(state, tuple) or len(state) != 3:
+    state: Any, xp: Namespace, want_S: tuple[Any, ...], want_z: tuple[Any, ...] | None
+) -> tuple[Array, Array | None, Any, Any]:
+    if not isinstance(state, tuple) or len(state) not in (3, 4):
         raise TypeError(f"state must be a LinearAttentionState(S, z, offset), got {type(state).__name__}")
-    S, z, offset = state
+    S, z, offset = state[:3]
+    log_decay = state[3] if len(state) == 4 else None
+    if want_z is None and z is not None:
+        raise ValueError(
+            "state has a denominator sum z, but normalize=False keeps none: use a state of "
+            "normalize=False calls"
+        )
+    if want_z is not None and z is None:
+        raise ValueError(
+            "state has no denominator sum (z is None: a normalize=False state), but this call is normalised"
+        )
     for name, a, want in (("state.S", S, want_S), ("state.z", z, want_z)):
+        if want is None:
+            continue
         if not is_array(a):
             raise not_an_array(name, a)
         if library_name(array_namespace(a)) != library_name(xp):
@@ -199,7 +332,7 @@ def _state_arrays(
                 "similarity"
             )
     _check_offset(offset)
-    return S, z, offset
+    return S, z, offset, log_decay
 
 
 def _check_offset(offset: Any) -> None:
@@ -213,65 +346,6 @@ def _check_offset(offset: Any) -> None:
         )
 
 
-def _prepare(
-    q: Array | None,
-    k: Array,
-    v_: Array,
-    pos: Any,
-    k_pos: Any,
-    rope: Any,
-    feature_map: Any,
-    similarity: Any,
-    eps: float,
-    key_mask: Any,
-    sdt: DType,
-    xp: Namespace,
-) -> tuple[_linear.Chunk, _linear.Plan]:
-    """Features (rotated where asked), masked keys/values, in the compute dtype."""
-    be = backend_for(xp)
-    similarity = chk.check_choice(similarity, "similarity", _SIMILARITIES)
-    phi, nonneg = _phi(feature_map, similarity)
-    cdt = be.compute_dtype(k.dtype)
-    if sdt is not None and chk.dtype_name(sdt) == "float64" and hasattr(xp, "float64"):
-        cdt = xp.float64
-    plan = _linear.Plan(phi, similarity == "cosine", float(eps), cdt)
-    fk = _linear.features(k, plan, xp)
-    fq = None if q is None else _linear.features(q, plan, xp)
-    width = fk.shape[-1]
-    if fq is not None and fq.shape[-1] != width:
-        raise ValueError(f"feature_map gives {fq.shape[-1]} features for q but {width} for k")
-    if not nonneg and not plan.cosine:
-        _check_nonnegative(be, [("phi(k)", fk), ("phi(q)", fq)])
-    if pos is not None and rope is None and width % 2:
-        raise ValueError(f"feature_map gives {width} features; RoPE rotates them in pairs (an even number)")
-    r = default_rope(be, rope, pos, width, k_pos)
-    if r is not None and not getattr(r, "static", True):
-        raise ValueError(
-            "rope has a scaling that depends on the sequence length; linear attention needs "
-            "position-only rotations (use a static scaling)"
-        )
-    if r is None:
-        a, b = fq, fk
-    elif fq is None:
-        a, b = None, r.rotate(fk, pos)
-    else:
-        a, b = r.apply(fq, fk, pos, k_pos=k_pos)
-    if plan.cosine:  # rotations keep norms: the denominator takes the rotated features too
-        a = None if a is None else _linear.with_one(a, xp)
-        b = _linear.with_one(b, xp)
-        c, e = a, b
-    else:
-        c, e = fq, fk
-    vc = v_ if v_.dtype == cdt else xp.astype(v_, cdt)
-    mask = _key_mask(key_mask, k, xp)
-    if mask is not None:
-        m = mask[..., None]
-        b = xp.where(m, b, xp.zeros_like(b))
-        e = b if plan.cosine else xp.where(m, e, xp.zeros_like(e))
-        vc = xp.where(m, vc, xp.zeros_like(vc))
-    return _linear.Chunk(a, c, b, e, vc), plan
-
-
 def _check_nonnegative(be: Backend, arrays: list[tuple[str, Array | None]]) -> None:
     """A callable feature map must give non-negative features for ``similarity="dot"``
     (checked where values are concrete; documented as unchecked under tracing)."""
@@ -283,7 +357,8 @@ def _check_nonnegative(be: Backend, arrays: list[tuple[str, Array | None]]) -> N
         if lo < 0:
             raise ValueError(
                 f"feature_map gave negative features ({name} has {float(lo):.3g}); with similarity='dot' "
-                "the denominator must stay positive: use a non-negative map or similarity='cosine'"
+                "the denominator must stay positive: use a non-negative map, similarity='cosine' or "
+                "normalize=False"
             )
 
 
@@ -305,6 +380,145 @@ def _namespace(*q: Any, k: Any, v_: Any) -> Namespace:
     return xp
 
 
+def _plan(
+    feature_map: Any, similarity: Any, eps: Any, normalize: Any, k: Array, sdt: DType, be: Backend
+) -> tuple[_linear.Plan, bool]:
+    similarity = chk.check_choice(similarity, "similarity", _SIMILARITIES)
+    normalize = chk.check_bool(normalize, "normalize")
+    eps = chk.check_float(eps, "eps", minimum=0.0)
+    phi, nonneg = _phi(feature_map, similarity, normalize)
+    cdt = be.compute_dtype(k.dtype)
+    if sdt is not None and chk.dtype_name(sdt) == "float64" and hasattr(be.xp, "float64"):
+        cdt = be.xp.float64
+    return _linear.Plan(phi, similarity == "cosine", eps, cdt, normalize), nonneg
+
+
+def _width(plan: _linear.Plan, k: Array, xp: Namespace) -> int:
+    """The feature width ``F`` (a user map may change it; it sees one token)."""
+    if not isinstance(plan.phi, _UserMap):
+        return int(k.shape[-1])
+    return int(_linear.features(k[..., :1, :], plan, xp).shape[-1])
+
+
+def _check_rope_positions(be: Backend, r: Any, pos: Any, k_pos: Any, q: Array | None, k: Array) -> None:
+    """Shapes and devices of the positions against ``q`` and ``k`` (their leading axes only)."""
+    if not isinstance(r, Rotary):
+        return  # (a user's rotary embedding checks its own positions, on the whole sequence)
+    if q is None:
+        r._check_positions(be, pos, k, "pos", "k")
+        return
+    coord = r._check_positions(be, pos, q, "pos", "q")
+    if k_pos is None:
+        chk.check_broadcast(coord, tuple(k.shape[:-1]), "pos", "k")
+    else:
+        r._check_positions(be, k_pos, k, "k_pos", "k")
+
+
+# -- one part of the sequence: features, rotations, gates ------------------------------------------
+class _Parts:
+    """What turns a part of the inputs into features (the streamed body's first step)."""
+
+    def __init__(self, call: _Call, be: Backend, dev: Device, rng: Any, krng: Any, mask: Any) -> None:
+        self.call, self.be, self.dev, self.rng, self.krng, self.has_mask = call, be, dev, rng, krng, mask
+
+    def keys(self, k: Array, v: Array, kp: Any, mask: Any) -> tuple[Array, Array | None, Array]:
+        """``(b, e, v)`` of a part of the keys (``kp``: their positions, ``None`` unrotated)."""
+        plan, r, xp = self.call.plan, self.call.rope, self.be.xp
+        e = _linear.features(k, plan, xp)
+        if not self.call.nonneg and not plan.cosine and plan.normalize:
+            _check_nonnegative(self.be, [("phi(k)", e)])
+        b = e if r is None else self._rotate(e, kp, self.krng)
+        return self._keys_done(b, e, v, mask)
+
+    def _keys_done(self, b: Array, e: Array, v: Array, mask: Any) -> tuple[Array, Array | None, Array]:
+        plan, xp = self.call.plan, self.be.xp
+        if plan.cosine:
+            b = _linear.with_one(b, xp)
+            e = b
+        vc = v if v.dtype == plan.cdt else xp.astype(v, plan.cdt)
+        if mask is not None:
+            m = mask[..., None]
+            b = xp.where(m, b, xp.zeros_like(b))
+            e = b if plan.cosine else xp.where(m, e, xp.zeros_like(e))
+            vc = xp.where(m, vc, xp.zeros_like(vc))
+        return b, (e if plan.normalize else None), vc
+
+    def queries(self, q: Array, p: Any) -> tuple[Array, Array | None]:
+        """``(a, c)`` of a part of the queries."""
+        plan, r, xp = self.call.plan, self.call.rope, self.be.xp
+        c = _linear.query_features(q, plan, xp)
+        if not self.call.nonneg and not plan.cosine and plan.normalize:
+            _check_nonnegative(self.be, [("phi(q)", c)])
+        a = c if r is None else self._rotate(c, p, self.rng)
+        return self._queries_done(a, c)
+
+    def _queries_done(self, a: Array, c: Array) -> tuple[Array, Array | None]:
+        plan, xp = self.call.plan, self.be.xp
+        if plan.cosine:
+            a = _linear.with_one(a, xp)
+            c = a
+        return a, (c if plan.normalize else None)
+
+    def both(
+        self, q: Array, k: Array, v: Array, p: Any, mask: Any
+    ) -> tuple[Array, Array | None, Array, Array | None, Array]:
+        """Queries and keys at the same positions (one rotation of both where it can share work)."""
+        plan, r, xp = self.call.plan, self.call.rope, self.be.xp
+        if r is None:
+            a, c = self.queries(q, None)
+            b, e, vc = self.keys(k, v, None, mask)
+            return a, c, b, e, vc
+        c = _linear.query_features(q, plan, xp)
+        e = _linear.features(k, plan, xp)
+        if not self.call.nonneg and not plan.cosine and plan.normalize:
+            _check_nonnegative(self.be, [("phi(k)", e), ("phi(q)", c)])
+        if isinstance(r, Rotary) and not self.be.lazy:
+            a, b = r._rotate_both(self.be, c, e, p, self.rng, self.dev)
+        else:  # (a lazy library rotates block by block: RoPE's own public path)
+            a, b = r.apply(c, e, p)
+        a, c2 = self._queries_done(a, c)
+        b, e2, vc = self._keys_done(b, e, v, mask)
+        return a, c2, b, e2, vc
+
+    def _rotate(self, x: Array, p: Any, rng: Any) -> Array:
+        r = self.call.rope
+        if isinstance(r, Rotary) and not self.be.lazy:
+            return r._rotate(self.be, x, p, rng, self.dev)
+        return r.rotate(x, p)
+
+    def group(self, ch: _linear.Chunk, marks: _linear.Marks) -> tuple[_linear.Chunk, _linear.Marks]:
+        """Grouped-query heads: q's heads as ``(key head, group)``; key features, values and
+        marks get a size-1 group axis (broadcast, never materialised)."""
+        g, xp = self.call.groups, self.be.xp
+        if g == 1:
+            return ch, marks
+
+        def split(x: Array | None) -> Array | None:
+            return None if x is None else split_heads(x, g, xp)
+
+        def one(x: Array | None, axis: int = -3) -> Array | None:
+            return None if x is None else xp.expand_dims(x, axis=axis)
+
+        def mark(x: Array | None) -> Array | None:
+            if x is None:
+                return None
+            if x.ndim < 2:
+                return x
+            return xp.expand_dims(x, axis=-2)
+
+        return (
+            _linear.Chunk(split(ch.a), split(ch.c), one(ch.b), one(ch.e), one(ch.v)),  # type: ignore[arg-type]
+            _linear.Marks(mark(marks.g), mark(marks.doc)),
+        )
+
+
+def _tokens(x: Array | None, n: Any, xp: Namespace) -> Array | None:
+    """Per-token marks ``(..., 1)`` broadcast along ``n`` tokens."""
+    if x is None or x.shape[-1] == n:
+        return x
+    return xp.broadcast_to(x, (*x.shape[:-1], n))
+
+
 # -- entry points ------------------------------------------------------------------------------
 def linear_attention_state(
     k: Array,
@@ -315,11 +529,15 @@ def linear_attention_state(
     feature_map: FeatureMapName | Callable[[Array], Array] | None = None,
     similarity: Similarity = "dot",
     key_mask: Array | None = None,
+    decay: Any = None,
+    log_gate: Any = None,
+    normalize: bool = True,
 ) -> LinearAttentionState:
     """The :class:`LinearAttentionState` of a block of keys and values.
 
-    Same conventions as :func:`linear_attention` (``pos`` broadcasts to ``k.shape[:-1]``);
-    costs ``O(M d d_v)`` and computes no outputs.  States of disjoint blocks add.
+    Same conventions as :func:`linear_attention` (``pos`` broadcasts to ``k.shape[:-1]``;
+    ``decay`` and ``log_gate`` weight each key by its decay to the end of the block); costs
+    ``O(M d d_v)`` and computes no outputs.  States of consecutive blocks combine (``+``).
 
     Examples
     --------
@@ -332,53 +550,95 @@ def linear_attention_state(
     """
     xp = _namespace(k=k, v_=v)
     be = backend_for(xp)
-    statics: tuple[Any, ...] = (rope, feature_map, similarity)
+    statics: tuple[Any, ...] = (rope, feature_map, similarity, normalize)
     if be.jit_eagerly() and _jittable(statics):
         statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
         p = eager_positions(be, pos, "pos", k, "k")
-        S, z = be.jit(_state_jit, (0,))(statics, k, v, p, key_mask)
-        return LinearAttentionState(S, z, k.shape[-2])
-    chunk, _ = _prepare(None, k, v, pos, None, rope, feature_map, similarity, 1.0, key_mask, None, xp)
+        dec, lg = _eager_gates(be, decay, log_gate, k)
+        S, z, ld = be.jit(_state_jit, (0,))(statics, k, v, p, key_mask, dec, lg)
+        return LinearAttentionState(S, z, k.shape[-2], ld)
+    plan, nonneg = _plan(feature_map, similarity, 0.0, normalize, k, None, be)
     kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
-    st = _linear.chunk_state(chunk, xp)
-    return _state(st.S, st.z, k.shape[-2], kv_lead, xp)
+    F = _width(plan, k, xp)
+    r = default_rope(be, rope, pos, F)
+    _check_static(r)
+    _check_rope_positions(be, r, pos, None, None, k)
+    dev = be.creation_device(k)
+    p, rng = (None, None) if pos is None else be.positions(pos, name="pos", device=dev)
+    mask = _key_mask(key_mask, k, xp)
+    g = _gates(decay, log_gate, k, kv_lead, plan.cdt, be)
+    n = k.shape[-2]
+    size, part = _sizes(None, n, be)
+    call = _Call(plan, r, True, size, part, 1, nonneg)
+    parts = _Parts(call, be, dev, rng, rng, mask)
+    axis = r.seq_axis if isinstance(r, Rotary) else -1
+    src = _linear.Source((k, v, p, mask, g), (-2, -2, axis, -1, -1))
+    if p is not None and not isinstance(r, Rotary) and r is not None:
+        part = max(part, n)  # (a user's rotary embedding sees the whole sequence)
+
+    def body(carry: Any, s: _linear.Source) -> tuple[Any, None]:
+        kb, vb, pb, mb, gb = s.arrays
+        b, e, vc = parts.keys(kb, vb, pb, mb)
+        marks = _linear.Marks(_tokens(gb, b.shape[-2], xp), None)
+        return _linear.absorb(carry, _linear.Chunk(None, None, b, e, vc), marks, xp), None
+
+    carry, _ = be.scan(body, None, src, n=n, block=part, additive=g is None)
+    if carry is None:  # no keys
+        carry = _zero_carry(plan, F, v, kv_lead, be, dev)
+    ld = None if g is None else _total(g, n, xp)
+    return _state(carry.S, carry.z, n, kv_lead, xp, ld)
 
 
-def _state(S: Array, z: Array, offset: Any, kv_lead: tuple[Any, ...], xp: Namespace) -> LinearAttentionState:
+def _sizes(chunk_size: Any, n: Any, be: Backend) -> tuple[int, int]:
+    """The chunk length and the tokens per streamed part."""
+    size = _CHUNK if chunk_size is None else chunk_size
+    if not be.tracing() and isinstance(n, int):  # (symbolic under a trace or in ndonnx)
+        size = max(1, min(n, size))
+    return size, size * max(1, _PART_CHUNKS * _CHUNK // size)
+
+
+def _total(g: Array, n: Any, xp: Namespace) -> Array:
+    """The total log-decay of ``n`` keys with log-gates ``g``."""
+    if g.shape[-1] == 1 and n != 1:
+        return g[..., 0] * float(n)
+    return xp.sum(g, axis=-1)
+
+
+def _check_static(r: Any) -> None:
+    if r is not None and not getattr(r, "static", True):
+        raise ValueError(
+            "rope has a scaling that depends on the sequence length; linear attention needs "
+            "position-only rotations (use a static scaling)"
+        )
+
+
+def _zero_carry(
+    plan: _linear.Plan, F: int, v: Array, lead: tuple[Any, ...], be: Backend, dev: Device
+) -> _linear.Carry:
+    xp = be.xp
+    F = F + 1 if plan.cosine else F
+    S = xp.zeros((*lead, F, v.shape[-1]), dtype=plan.cdt, device=dev)
+    z = xp.zeros((*lead, F), dtype=plan.cdt, device=dev) if plan.normalize else None
+    return _linear.Carry(S, z, None)
+
+
+def _state(
+    S: Array, z: Array | None, offset: Any, kv_lead: tuple[Any, ...], xp: Namespace, ld: Any = None
+) -> LinearAttentionState:
     """The state of sums ``S``, ``z`` broadcast to the leading axes ``kv_lead`` of k and v
     (``offset``: ``None`` where the key count is symbolic)."""
     if not _same(tuple(S.shape[:-2]), kv_lead):
         S = xp.broadcast_to(S, (*kv_lead, *S.shape[-2:]))
-    if not _same(tuple(z.shape[:-1]), kv_lead):
+    if z is not None and not _same(tuple(z.shape[:-1]), kv_lead):
         z = xp.broadcast_to(z, (*kv_lead, z.shape[-1]))
-    return LinearAttentionState(S, z, offset)
+    if ld is not None and not _same(tuple(ld.shape), kv_lead):
+        ld = xp.broadcast_to(ld, kv_lead)
+    return LinearAttentionState(S, z, offset, ld)
 
 
 def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     """The same shape as far as it is known (a symbolic size, ``None``, is taken to match)."""
     return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b, strict=True))
-
-
-def _core(
-    plan: _linear.Plan,
-    causal: bool,
-    size: int,
-    be: Backend,
-    dev: Device,
-    out_dtype: DType,
-    chunk: _linear.Chunk,
-    S0: Array | None,
-    z0: Array | None,
-) -> tuple[Array, Array, Array]:
-    """The attention proper, from prepared features (jitted once per configuration on JAX)."""
-    xp = be.xp
-    init = None if S0 is None else _linear.State(S0, z0)
-    if not causal:
-        st = _linear.add(init, _linear.chunk_state(chunk, xp))
-        out = _linear.attend(chunk.a, chunk.c, st, plan.eps, xp)
-        return (out if out.dtype == out_dtype else xp.astype(out, out_dtype)), st.S, st.z
-    out, st = be.causal_scan(chunk, init, size=size, eps=plan.eps, device=dev, out_dtype=out_dtype)
-    return out, st.S, st.z
 
 
 # The return type follows ``return_state`` (an array, or the array and the state), so that
@@ -395,11 +655,14 @@ def linear_attention(
     causal: bool = False,
     feature_map: FeatureMapName | Callable[[Array], Array] | None = None,
     similarity: Similarity = "dot",
-    eps: float = 1e-6,
+    eps: float = 0.0,
     chunk_size: int | None = None,
     state: LinearAttentionState | None = None,
     return_state: Literal[False] = False,
     key_mask: Array | None = None,
+    decay: Any = None,
+    log_gate: Any = None,
+    normalize: bool = True,
 ) -> Array: ...
 
 
@@ -415,11 +678,14 @@ def linear_attention(
     causal: bool = False,
     feature_map: FeatureMapName | Callable[[Array], Array] | None = None,
     similarity: Similarity = "dot",
-    eps: float = 1e-6,
+    eps: float = 0.0,
     chunk_size: int | None = None,
     state: LinearAttentionState | None = None,
     return_state: Literal[True],
     key_mask: Array | None = None,
+    decay: Any = None,
+    log_gate: Any = None,
+    normalize: bool = True,
 ) -> tuple[Array, LinearAttentionState]: ...
 
 
@@ -435,11 +701,14 @@ def linear_attention(
     causal: bool = False,
     feature_map: FeatureMapName | Callable[[Array], Array] | None = None,
     similarity: Similarity = "dot",
-    eps: float = 1e-6,
+    eps: float = 0.0,
     chunk_size: int | None = None,
     state: LinearAttentionState | None = None,
     return_state: bool,
     key_mask: Array | None = None,
+    decay: Any = None,
+    log_gate: Any = None,
+    normalize: bool = True,
 ) -> Array | tuple[Array, LinearAttentionState]: ...
 
 
@@ -454,13 +723,17 @@ def linear_attention(
     causal: bool = False,
     feature_map: FeatureMapName | Callable[[Array], Array] | None = None,
     similarity: Similarity = "dot",
-    eps: float = 1e-6,
+    eps: float = 0.0,
     chunk_size: int | None = None,
     state: LinearAttentionState | None = None,
     return_state: bool = False,
     key_mask: Array | None = None,
+    decay: Any = None,
+    log_gate: Any = None,
+    normalize: bool = True,
 ) -> Array | tuple[Array, LinearAttentionState]:
-    """RoFormer linear attention with RoPE on the features (equation 19 of the paper).
+    """RoFormer linear attention with RoPE on the features (equation 19 of the paper), with the
+    field's decay and gates.
 
     Parameters
     ----------
@@ -483,20 +756,20 @@ def linear_attention(
         Query ``i`` sees keys ``j <= i`` (needs ``N == M``) plus the keys in ``state``.
     feature_map : {"elu+1", "relu", "softplus", "identity"} or callable, optional
         ``phi``, applied to ``q`` and ``k`` in float32 or better.  Default ``"elu+1"``;
-        ``"identity"`` for ``similarity="cosine"`` (refused with ``"dot"``: its
-        denominators can be negative).  A callable maps ``(..., d)`` to ``(..., F)``
-        features (``F`` even for RoPE); with ``similarity="dot"`` they must be
-        non-negative (checked where the values are concrete).
+        ``"identity"`` for ``similarity="cosine"`` or ``normalize=False`` (refused with a
+        normalised ``"dot"``: its denominators can be negative).  A callable maps ``(..., d)``
+        to ``(..., F)`` features (``F`` even for RoPE); normalised with ``similarity="dot"``
+        they must be non-negative (checked where the values are concrete).
     similarity : {"dot", "cosine"}
         ``"dot"``: ``phi(q)^T phi(k)``, RoPE in the numerator only.  ``"cosine"``:
         ``1 + cos(phi(q), phi(k))`` with RoPE in numerator and denominator (rotation keeps
         norms); zero vectors have cosine 0.
     eps : float
-        Denominator guard: the denominator is ``max(den, eps)``, so queries whose features
-        all underflow (elu+1 of very negative inputs) or that see only padded keys give a
-        finite (zero-numerator) output.
+        A floor of the denominator, relative to the query features' scale (the denominator
+        is that of query features scaled to a largest feature of 1).  Default 0: no floor; a
+        denominator of exactly 0 (features that are all 0, padding only) gives output 0.
     chunk_size : int, optional
-        Chunk length ``C`` of the causal algorithm (default ``min(N, 128)``).  Does not
+        Chunk length ``C`` of the causal algorithm (default ``min(N, 64)``).  Does not
         change results beyond rounding.
     state : LinearAttentionState, optional
         Keys/values that precede these (decoding, or chunked processing): arrays of the
@@ -506,6 +779,17 @@ def linear_attention(
     key_mask : bool array, optional
         Broadcasts to ``k.shape[:-1]``; ``False`` marks padding, whose features and values
         are replaced by zeros (nothing of it leaks, even NaN or inf).
+    decay : float or array, optional
+        A decay per step in ``(0, 1]`` for each key head (RetNet's ``gamma``): broadcasts to
+        ``k.shape[:-2]``.  Key ``j`` counts ``decay ** (i - j)`` at query ``i``.
+    log_gate : array, optional
+        Per-token log-gates ``log a_t <= 0`` (GLA's scalar form ``log sigmoid``, Mamba-2's
+        ``dt * A``), broadcast to ``k.shape[:-1]``: key ``j`` counts ``exp(g_{j+1} + ... +
+        g_i)`` at query ``i``.  Multiplies with ``decay``.  Non-causal: each query sees keys on
+        both sides, weighted by the gates between them (``decay ** |i - j|``).
+    normalize : bool
+        ``True`` (default): divide by the denominator (RoFormer).  ``False``: no denominator
+        (fla's ``normalize=False``; RetNet, GLA, Mamba-2); RoPE still rotates q and k.
 
     Returns
     -------
@@ -530,83 +814,444 @@ def linear_attention(
     ...     outs.append(o)
     >>> bool(np.allclose(np.concatenate(outs, axis=-2), out, atol=1e-5)), st.offset
     (True, 16)
+
+    RetNet's decay, no denominator:
+
+    >>> out = rotary.linear_attention(q, k, v, np.arange(16), causal=True, decay=0.9, normalize=False)
     """
-    xp = _namespace(q, k=k, v_=v)
+    xp = namespace_of(q, k, v, names=("q", "k", "v"))
     be = backend_for(xp)
-    statics: tuple[Any, ...] = (rope, causal, feature_map, similarity, eps, chunk_size)
+    statics: tuple[Any, ...] = (rope, causal, feature_map, similarity, eps, chunk_size, normalize)
     if be.jit_eagerly() and _jittable(statics):
         statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
         # JAX outside a trace: positions checked here, then the whole call as one compiled
         # program (no Python scalar moves to the device)
         p = eager_positions(be, pos, "pos", q, "q")
         kp = eager_positions(be, k_pos, "k_pos", k, "k")
-        S0 = z0 = None
+        dec, lg = _eager_gates(be, decay, log_gate, k)
+        S0 = z0 = ld0 = None
         off0: Any = 0
         if state is not None:
-            if not isinstance(state, tuple) or len(state) != 3:
+            if not isinstance(state, tuple) or len(state) not in (3, 4):
                 raise TypeError(
                     f"state must be a LinearAttentionState(S, z, offset), got {type(state).__name__}"
                 )
-            S0, z0, off0 = state
+            S0, z0, off0 = state[:3]
+            ld0 = state[3] if len(state) == 4 else None
             _check_offset(off0)
-        out, S, z = be.jit(_linear_jit, (0,))(statics, q, k, v, p, kp, key_mask, S0, z0)
+        _namespace(q, k=k, v_=v)
+        out, S, z, ld = be.jit(_linear_jit, (0,))(statics, q, k, v, p, kp, key_mask, S0, z0, ld0, dec, lg)
         if not chk.check_bool(return_state, "return_state"):
             return out
-        return out, LinearAttentionState(S, z, off0 + k.shape[-2])
+        return out, LinearAttentionState(S, z, off0 + k.shape[-2], ld)
+    args, kinds = _sig_args(pos, k_pos, state, key_mask, decay, log_gate)
+    sig = be.signature(q, k, v, *args)
+    key = None if sig is None else ("linear_attention", statics, return_state, kinds, sig)
+    checked = MISSING if key is None else memo_get(key)
+    if checked is not MISSING and checked.decode is not None and (len(state) == 3 or state[3] is None):
+        res = checked.decode(q, k, v, pos, state[0], state[1])
+        if res is not None:  # (positions outside the shortcut's table: the generic steps)
+            _check_offset(state[2])
+            out, S, z = res
+            return (out, LinearAttentionState(S, z, state[2] + 1)) if return_state else out
+    if checked is MISSING:
+        _namespace(q, k=k, v_=v)
+        checked = _check_call(
+            be,
+            q,
+            k,
+            v,
+            pos,
+            k_pos,
+            causal,
+            feature_map,
+            similarity,
+            eps,
+            chunk_size,
+            state,
+            return_state,
+            key_mask,
+            rope,
+            normalize,
+            decay,
+            log_gate,
+        )
+        if key is not None:
+            memo_add(key, checked)
+    return _run(checked, be, q, k, v, pos, k_pos, state, key_mask, decay, log_gate, return_state)
+
+
+def _sig_args(
+    pos: Any, k_pos: Any, state: Any, key_mask: Any, decay: Any, log_gate: Any
+) -> tuple[list[Any], tuple[Any, ...]]:
+    """The arrays whose types, shapes, dtypes and devices decide the checks, and the types of
+    the other arguments (Python values: their values are checked on every call)."""
+    args: list[Any] = []
+    kinds: list[Any] = []
+    parts = [pos, k_pos, key_mask, decay, log_gate]
+    if isinstance(state, tuple) and len(state) in (3, 4):
+        parts += [state[0], state[1]]
+        kinds.append(len(state))
+    else:
+        parts += [state, None]
+    for x in parts:
+        if x is None or is_array(x):
+            args.append(x)
+            kinds.append(None)
+        else:
+            args.append(None)
+            kinds.append(type(x))
+    return args, tuple(kinds)
+
+
+class _Checked(NamedTuple):
+    """What the checks of a call found (the same for every call with arguments of the same
+    types, shapes, dtypes and devices): the call's configuration, the keys' leading axes and
+    the feature width."""
+
+    call: _Call
+    kv_lead: tuple[Any, ...]
+    F: int
+    decode: Callable[..., tuple[Array, ...] | None] | None = None
+
+
+def _check_call(
+    be: Backend,
+    q: Array,
+    k: Array,
+    v: Array,
+    pos: Any,
+    k_pos: Any,
+    causal: Any,
+    feature_map: Any,
+    similarity: Any,
+    eps: Any,
+    chunk_size: Any,
+    state: Any,
+    return_state: Any,
+    key_mask: Any,
+    rope: Any,
+    normalize: Any,
+    decay: Any,
+    log_gate: Any,
+) -> _Checked:
+    """Every check of :func:`linear_attention` that depends on the arguments' types, shapes,
+    dtypes and devices only (values are checked on every call)."""
+    xp = be.xp
     causal = chk.check_bool(causal, "causal")
-    if causal and q.shape[-2] != k.shape[-2]:
+    n, m = q.shape[-2], k.shape[-2]
+    if causal and n != m:
         raise ValueError(
             f"causal=True needs as many queries as keys (axis -2), got q.shape={tuple(q.shape)} "
             f"and k.shape={tuple(k.shape)}; pass earlier keys through state="
         )
-    eps = chk.check_float(eps, "eps", above=0.0)
     if chunk_size is not None:
         chunk_size = chk.check_int(chunk_size, "chunk_size", minimum=1)
-    return_state = chk.check_bool(return_state, "return_state")
+    chk.check_bool(return_state, "return_state")
     kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
     _, groups = chk.query_groups(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
-    sdt = state[0].dtype if isinstance(state, tuple) and len(state) == 3 and is_array(state[0]) else None
-    chunk, plan = _prepare(q, k, v, pos, k_pos, rope, feature_map, similarity, eps, key_mask, sdt, xp)
-    F = chunk.b.shape[-1]
+    sdt = state[0].dtype if isinstance(state, tuple) and len(state) in (3, 4) and is_array(state[0]) else None
+    plan, nonneg = _plan(feature_map, similarity, eps, normalize, k, sdt, be)
+    F = _width(plan, k, xp)
+    r = default_rope(be, rope, pos, F, k_pos)
+    _check_static(r)
+    _check_rope_positions(be, r, pos, k_pos, q, k)
+    _key_mask(key_mask, k, xp)
+    if (decay is not None or log_gate is not None) and not causal and (k_pos is not None or n != m):
+        raise ValueError(
+            "decay and log_gate need queries and keys on one sequence (causal, or non-causal with "
+            "q and k of the same tokens): the decay between a query and a key of another sequence "
+            "is not defined"
+        )
     if state is not None:
-        S0, z0, off0 = _state_arrays(state, xp, (*kv_lead, F, v.shape[-1]), (*kv_lead, F))
-        if S0.dtype != plan.cdt:
-            S0, z0 = be.xp.astype(S0, plan.cdt), be.xp.astype(z0, plan.cdt)
+        Fs = F + 1 if plan.cosine else F  # (the state's width: the cosine's constant feature too)
+        want_z = (*kv_lead, Fs) if plan.normalize else None
+        _state_arrays(state, xp, (*kv_lead, Fs, v.shape[-1]), want_z)
+    size, part = _sizes(chunk_size, n, be)
+    call = _Call(plan, r, causal, size, part, groups, nonneg)
+    decode = None
+    if (
+        causal
+        and n == 1
+        and state is not None
+        and key_mask is None
+        and decay is None
+        and log_gate is None
+        and groups == 1
+        and not plan.cosine
+        and plan.normalize
+        and plan.phi is _linear.FEATURE_MAPS["elu+1"]
+    ):
+        decode = _decoder(be, call, q, k, pos)
+    return _Checked(call, kv_lead, F, decode)
+
+
+def _decoder(be: Backend, call: _Call, q: Array, k: Array, pos: Any) -> Callable[..., Any] | None:
+    """The backend's decoding step for calls like this one (one token, a state, ``elu+1``, the
+    dot similarity, RoPE or none), composed with RoPE's decoding plan; ``None``: the generic
+    steps.  Either returns ``None`` for values it does not cover."""
+    step = be.linear_step("elu+1", call.plan.eps)
+    if step is None:
+        return None
+    r = call.rope
+    if r is None:
+
+        def rotate(c: Array, e: Array, pos: Any) -> tuple[Array, Array]:
+            return c, e
+
     else:
-        S0 = z0 = None
-        off0 = 0
-    if groups > 1:  # grouped-query heads: q's heads as (key head, group), no repeat of k and v
-        chunk, S0, z0 = _grouped(xp, groups, chunk, S0, z0)
-    size = 128 if chunk_size is None else chunk_size
-    if not be.tracing() and q.shape[-2] is not None:  # (symbolic under a trace or in ndonnx)
-        size = max(1, min(q.shape[-2], size))
-    core = be.jit(_core, (0, 1, 2, 3, 4, 5))
-    out, S, z = core(plan, causal, size, be, be.creation_device(k), q.dtype, chunk, S0, z0)
-    if groups > 1:
-        out = merge_heads(out, q.shape[-3], groups, xp)
-        S, z = S[..., 0, :, :], z[..., 0, :]
+        if not isinstance(r, Rotary) or not (is_array(pos) or type(pos) is int):
+            return None
+        like = pos if is_array(pos) else be.positions(pos, name="pos", device=be.creation_device(q))[0]
+        rot = r._decode_plan(be, q, k, like)
+        if rot is None:
+            return None
+
+        def rotate(c: Array, e: Array, pos: Any) -> tuple[Array, Array] | None:
+            return rot(c, e, pos)
+
+    def decode(q: Array, k: Array, v: Array, pos: Any, S: Array, z: Array) -> tuple[Array, ...] | None:
+        return step(q, k, v, S, z, lambda c, e: rotate(c, e, pos))
+
+    return decode
+
+
+def _run(
+    checked: _Checked,
+    be: Backend,
+    q: Array,
+    k: Array,
+    v: Array,
+    pos: Any,
+    k_pos: Any,
+    state: Any,
+    key_mask: Any,
+    decay: Any,
+    log_gate: Any,
+    return_state: bool,
+) -> Array | tuple[Array, LinearAttentionState]:
+    """A checked call: positions and gates read (their values checked), then the attention."""
+    xp = be.xp
+    call, kv_lead, F, _ = checked
+    plan = call.plan
+    m = k.shape[-2]
+    dev = be.creation_device(k)
+    p, rng = (None, None) if pos is None else be.positions(pos, name="pos", device=dev)
+    kp, krng = (p, rng) if k_pos is None else be.positions(k_pos, name="k_pos", device=dev)
+    g = None if decay is None and log_gate is None else _gates(decay, log_gate, k, kv_lead, plan.cdt, be)
+    if state is not None:
+        S0, z0, off0 = state[:3]
+        _check_offset(off0)
+        ld0 = state[3] if len(state) == 4 else None
+        if S0.dtype != plan.cdt:
+            S0 = xp.astype(S0, plan.cdt)
+            z0 = None if z0 is None else xp.astype(z0, plan.cdt)
+        init: _linear.Carry | None = _linear.Carry(S0, z0, None)
+    else:
+        init, off0, ld0 = None, 0, None
+    out, carry = _attend(call, be, dev, q, k, v, p, kp, rng, krng, key_mask, g, init, kv_lead, F)
     if not return_state:
         return out
-    return out, _state(S, z, off0 + k.shape[-2], kv_lead, be.xp)
+    if carry is None:
+        carry = _zero_carry(plan, F, v, kv_lead, be, dev)
+    S, z = carry.S, carry.z
+    if call.groups > 1:
+        S = S[..., 0, :, :]
+        z = None if z is None else z[..., 0, :]
+    ld = None if g is None else _total(g, m, xp)
+    return out, _state(S, z, off0 + m, kv_lead, xp, _add_log_decay(ld0, ld))
 
 
-def _grouped(
-    xp: Namespace, g: int, ch: _linear.Chunk, S0: Array | None, z0: Array | None
-) -> tuple[_linear.Chunk, Array | None, Array | None]:
-    """Query features ``(..., H, N, F)`` as ``(..., H/g, g, N, F)``; key features, values and
-    the state get a size-1 group axis (broadcast, never materialised)."""
+def _attend(
+    call: _Call,
+    be: Backend,
+    dev: Device,
+    q: Array,
+    k: Array,
+    v: Array,
+    p: Any,
+    kp: Any,
+    rng: Any,
+    krng: Any,
+    mask: Any,
+    g: Any,
+    init: _linear.Carry | None,
+    kv_lead: tuple[Any, ...],
+    F: int,
+) -> tuple[Array, _linear.Carry | None]:
+    """The attention proper: the sequence streamed through the backend's scan."""
+    xp = be.xp
+    plan, r, groups = call.plan, call.rope, call.groups
+    parts = _Parts(call, be, dev, rng, krng, mask)
+    n, m = q.shape[-2], k.shape[-2]
+    axis = r.seq_axis if isinstance(r, Rotary) else -1
+    part = call.part
+    if p is not None and not isinstance(r, Rotary):
+        part = max(part, n, m)  # (a user's rotary embedding sees the whole sequence)
+    if init is not None and groups > 1:
+        init = _linear.Carry(
+            xp.expand_dims(init.S, axis=-3), None if init.z is None else xp.expand_dims(init.z, axis=-2), None
+        )
+    out_dtype = q.dtype
+    if call.causal:
+        src = _linear.Source((q, k, v, p, mask, g), (-2, -2, -2, axis, -1, -1))
 
-    def split(x: Array) -> Array:
-        return split_heads(x, g, xp)
+        def body(carry: Any, s: _linear.Source) -> tuple[Any, Array]:
+            qb, kb, vb, pb, mb, gb = s.arrays
+            a, c, b, e, vc = parts.both(qb, kb, vb, pb, mb)
+            t = b.shape[-2]
+            ch, marks = parts.group(_linear.Chunk(a, c, b, e, vc), _linear.Marks(_tokens(gb, t, xp), None))
+            return _causal_part(call, ch, marks, carry, xp, dev, out_dtype)
 
-    def one(x: Array) -> Array:
-        return xp.expand_dims(x, axis=-3)
+        carry, out = be.scan(body, init, src, n=n, block=part, additive=g is None)
+        assert out is not None
+        if groups > 1:
+            out = merge_heads(out, q.shape[-3], groups, xp)
+        return out, carry
+    if g is not None:
+        return _bidirectional(call, be, dev, parts, q, k, v, p, mask, g, init, axis, out_dtype)
+    # non-causal: the keys' summary, then every query against it
+    ksrc = _linear.Source((k, v, kp, mask), (-2, -2, axis, -1))
 
-    a = None if ch.a is None else split(ch.a)
-    c = None if ch.c is None else split(ch.c)
-    S0 = None if S0 is None else one(S0)
-    z0 = None if z0 is None else xp.expand_dims(z0, axis=-2)
-    return _linear.Chunk(a, c, one(ch.b), one(ch.e), one(ch.v)), S0, z0
+    def absorb(carry: Any, s: _linear.Source) -> tuple[Any, None]:
+        kb, vb, kpb, mb = s.arrays
+        b, e, vc = parts.keys(kb, vb, kpb, mb)
+        ch, _ = parts.group(_linear.Chunk(None, None, b, e, vc), _linear.NO_MARKS)
+        return _linear.absorb(carry, ch, _linear.NO_MARKS, xp), None
+
+    carry, _ = be.scan(absorb, init, ksrc, n=m, block=part, additive=True)
+    if carry is None:
+        zero = _zero_carry(plan, F, v, kv_lead, be, dev)
+        if groups > 1:
+            zero = _linear.Carry(
+                xp.expand_dims(zero.S, axis=-3),
+                None if zero.z is None else xp.expand_dims(zero.z, axis=-2),
+                None,
+            )
+        carry = zero
+    st = _linear.State(carry.S, carry.z)
+    qsrc = _linear.Source((q, p), (-2, axis))
+
+    def emit(c: Any, s: _linear.Source) -> tuple[Any, Array]:
+        qb, pb = s.arrays
+        a, cq = parts.queries(qb, pb)
+        if groups > 1:
+            a, cq = split_heads(a, groups, xp), None if cq is None else split_heads(cq, groups, xp)
+        o = _linear.attend(a, cq, st, plan, xp)
+        return c, (o if o.dtype == out_dtype else xp.astype(o, out_dtype))
+
+    _, out = be.scan(emit, None, qsrc, n=n, block=part)
+    assert out is not None
+    if groups > 1:
+        out = merge_heads(out, q.shape[-3], groups, xp)
+    return out, carry
+
+
+def _causal_part(
+    call: _Call,
+    ch: _linear.Chunk,
+    marks: _linear.Marks,
+    carry: _linear.Carry | None,
+    xp: Namespace,
+    dev: Device,
+    out_dtype: DType,
+    **kw: Any,
+) -> tuple[_linear.Carry, Any]:
+    """One part of causal attention: padded to whole chunks, then all its chunks at once."""
+    t = ch.b.shape[-2]
+    size = call.size if t is not None else 1
+    if t is None:  # a symbolic length (ndonnx): chunks of one token, by a new axis (no padding)
+        raise NotImplementedError  # pragma: no cover (handled by the caller)
+    size = min(size, t) if t else size
+    if t == 0:
+        o = xp.zeros((*_out_lead(ch), 0, ch.v.shape[-1]), dtype=out_dtype, device=dev)
+        return (carry if carry is not None else _linear.Carry(*_empty_state(ch, xp), None)), o
+    if t == 1 and not kw:  # a decoding step: a few small kernels
+        if carry is None:
+            carry = _linear.Carry(*_empty_state(ch, xp), None)
+            carry = _linear.Carry(carry.S * 0, None if carry.z is None else carry.z * 0, None)
+        if marks.doc is not None and carry.doc is None:
+            carry = _linear.Carry(carry.S, carry.z, marks.doc[..., 0])
+        o, after = _linear.step(ch, marks, carry, call.plan, xp)
+        return after, (o if o.dtype == out_dtype else xp.astype(o, out_dtype))
+    padded, pmarks, real = _linear.pad_part(ch, marks, size, xp)
+    out, after = _linear.block_causal(padded, pmarks, carry, size, call.plan, xp, dev, out_dtype, **kw)
+    if real != padded.b.shape[-2]:
+        if isinstance(out, tuple):
+            out = (out[0][..., :real, :], None if out[1] is None else out[1][..., :real])
+        else:
+            out = out[..., :real, :]
+    return after, out
+
+
+def _out_lead(ch: _linear.Chunk) -> tuple[Any, ...]:
+    shapes = [tuple(t.shape[:-2]) for t in (ch.a, ch.v) if t is not None]
+    n = max(len(s) for s in shapes)
+    full = [(1,) * (n - len(s)) + s for s in shapes]
+    return tuple(max(x) for x in zip(*full, strict=True))
+
+
+def _empty_state(ch: _linear.Chunk, xp: Namespace) -> tuple[Array, Array | None]:
+    st, _ = _linear.block_state(ch, _linear.NO_MARKS, xp)
+    return st.S, st.z
+
+
+def _bidirectional(
+    call: _Call,
+    be: Backend,
+    dev: Device,
+    parts: _Parts,
+    q: Array,
+    k: Array,
+    v: Array,
+    p: Any,
+    mask: Any,
+    g: Array,
+    init: _linear.Carry | None,
+    axis: int,
+    out_dtype: DType,
+) -> tuple[Array, _linear.Carry | None]:
+    """Non-causal attention with decay: the keys up to each query (a causal pass, ``state``
+    included) and those after it (a causal pass over the reversed sequence, the query's own key
+    excluded; key ``j > i`` counts ``exp(g_{i+1} + ... + g_j)``, so in reverse token ``t`` carries
+    the gate of ``t + 1``).  The reversed pass holds reversed copies of q, k and v."""
+    xp = be.xp
+    n = q.shape[-2]
+    gt = _tokens(g, n, xp)
+    shifted = xp.concat([gt[..., 1:], xp.zeros_like(gt[..., :1])], axis=-1)
+    groups = call.groups
+
+    def run(src: _linear.Source, carry: Any, strict: bool) -> tuple[Any, tuple[Array, Array | None]]:
+        def body(c: Any, s: _linear.Source) -> tuple[Any, Array]:
+            qb, kb, vb, pb, mb, gb = s.arrays
+            a, cq, b, e, vc = parts.both(qb, kb, vb, pb, mb)
+            ch, marks = parts.group(_linear.Chunk(a, cq, b, e, vc), _linear.Marks(gb, None))
+            c, (num, den) = _causal_part(call, ch, marks, c, xp, dev, None, strict=strict, divided=False)
+            return c, num if den is None else xp.concat([num, den[..., None]], axis=-1)
+
+        carry, out = be.scan(body, carry, src, n=n, block=call.part)
+        assert out is not None
+        if not call.plan.normalize:
+            return carry, (out, None)
+        return carry, (out[..., :-1], out[..., -1])
+
+    axes = (-2, -2, -2, axis, -1, -1)
+    fwd = _linear.Source((q, k, v, p, mask, gt), axes)
+    carry, (num, den) = run(fwd, init, False)
+    flipped = tuple(
+        None if x is None or not fwd.sliced(i, n) else xp.flip(x, axis=ax)
+        for i, (x, ax) in enumerate(zip((q, k, v, p, mask, shifted), axes, strict=True))
+    )
+    bwd = _linear.Source(
+        tuple(x if f is None else f for x, f in zip((q, k, v, p, mask, shifted), flipped, strict=True)), axes
+    )
+    _, (num2, den2) = run(bwd, None, True)
+    num = num + xp.flip(num2, axis=-2)
+    den = None if den is None or den2 is None else den + xp.flip(den2, axis=-1)
+    out = _linear.divide(num, den, call.plan, xp)
+    if groups > 1:
+        out = merge_heads(out, q.shape[-3], groups, xp)
+    return (out if out.dtype == out_dtype else xp.astype(out, out_dtype)), carry
 
 
 # -- JAX eager: one compiled program per call (the entry point itself, traced) -------------------
@@ -622,11 +1267,43 @@ def _jittable(statics: tuple[Any, ...]) -> bool:
     return True
 
 
+def _eager_gates(be: Backend, decay: Any, log_gate: Any, k: Array) -> tuple[Any, Any]:
+    """``decay`` and ``log_gate`` as arrays (traced by the compiled call), values checked here."""
+    out = []
+    for name, x in (("decay", decay), ("log_gate", log_gate)):
+        if x is None:
+            out.append(None)
+            continue
+        out.append(_as_array(x, name, be.xp, be, k)[0])
+    if out[0] is not None or out[1] is not None:
+        kv_lead = tuple(k.shape[:-2])
+        _gates(
+            out[0],
+            out[1],
+            k,
+            kv_lead if out[0] is None else tuple(out[0].shape),
+            be.compute_dtype(k.dtype),
+            be,
+        )
+    return out[0], out[1]
+
+
 def _linear_jit(
-    statics: tuple[Any, ...], q: Array, k: Array, v: Array, p: Any, kp: Any, mask: Any, S0: Any, z0: Any
-) -> tuple[Array, Array, Array]:
-    rope, causal, feature_map, similarity, eps, chunk_size, _ = statics
-    state = None if S0 is None else LinearAttentionState(S0, z0, 0)
+    statics: tuple[Any, ...],
+    q: Array,
+    k: Array,
+    v: Array,
+    p: Any,
+    kp: Any,
+    mask: Any,
+    S0: Any,
+    z0: Any,
+    ld0: Any,
+    decay: Any,
+    log_gate: Any,
+) -> tuple[Array, Array, Array, Any]:
+    rope, causal, feature_map, similarity, eps, chunk_size, normalize, _ = statics
+    state = None if S0 is None else LinearAttentionState(S0, z0, 0, ld0)
     out, st = linear_attention(
         q,
         k,
@@ -642,13 +1319,27 @@ def _linear_jit(
         state=state,
         return_state=True,
         key_mask=mask,
+        decay=decay,
+        log_gate=log_gate,
+        normalize=normalize,
     )
-    return out, st.S, st.z
+    return out, st.S, st.z, st.log_decay
 
 
-def _state_jit(statics: tuple[Any, ...], k: Array, v: Array, p: Any, mask: Any) -> tuple[Array, Array]:
-    rope, feature_map, similarity, _ = statics
+def _state_jit(
+    statics: tuple[Any, ...], k: Array, v: Array, p: Any, mask: Any, decay: Any, log_gate: Any
+) -> tuple[Array, Array, Any]:
+    rope, feature_map, similarity, normalize, _ = statics
     st = linear_attention_state(
-        k, v, p, rope=rope, feature_map=feature_map, similarity=similarity, key_mask=mask
+        k,
+        v,
+        p,
+        rope=rope,
+        feature_map=feature_map,
+        similarity=similarity,
+        key_mask=mask,
+        decay=decay,
+        log_gate=log_gate,
+        normalize=normalize,
     )
-    return st.S, st.z
+    return st.S, st.z, st.log_decay

@@ -36,6 +36,8 @@ class Rotary:
 
     head_dim: int
     layout: Layout
+    #: The axis of positions that runs along the sequence (the last of the coordinate shape).
+    seq_axis: int = -1
 
     # -- subclass hooks ------------------------------------------------------------------------
     def _identity(self) -> Hashable:

@@ -262,22 +262,27 @@ def exclusive_state_scan(state: LinearAttentionState, axis_name: Any) -> LinearA
     >>> np.asarray(jax.jit(g)(k, v)).tolist()    # one shard: nothing comes before it
     [[0.0, 0.0], [0.0, 0.0]]
     """
-    if not isinstance(state, tuple) or len(state) != 3:
+    if not isinstance(state, tuple) or len(state) not in (3, 4):
         raise TypeError("state must be a LinearAttentionState(S, z, offset)")
+    if len(state) == 4 and state[3] is not None:
+        raise ValueError(
+            "exclusive_state_scan sums states: states with decay (log_decay) combine in order, which "
+            "it does not do; scan them with rotary.combine in sequence order"
+        )
     if not isinstance(axis_name, str):  # a torch.distributed process group (None: the world)
         return _torch_prefixes([state], axis_name, "contiguous")[0]
     import jax
 
     n = int(jax.lax.axis_size(axis_name))
-    S, z, off = state
+    S, z, off = state[:3]
     off = jax.numpy.asarray(off, dtype=jax.numpy.int32)
     if n == 1:
-        return LinearAttentionState(S * 0, z * 0, off * 0)
+        return LinearAttentionState(S * 0, None if z is None else z * 0, off * 0)
     parts = jax.lax.ppermute((S, z, off), axis_name, [(i, i + 1) for i in range(n - 1)])  # shard 0 gets 0
     d = 1
     while d < n:
         recv = jax.lax.ppermute(parts, axis_name, [(i, i + d) for i in range(n - d)])
-        parts = tuple(a + b for a, b in zip(parts, recv))
+        parts = tuple(None if a is None else a + b for a, b in zip(parts, recv, strict=True))
         d *= 2
     return LinearAttentionState(*parts)
 

@@ -90,6 +90,8 @@ class AxialRoPE(Rotary):
     ((8, 8), (8,))
     """
 
+    seq_axis = -2  # positions (..., seq, n_axes)
+
     def __init__(
         self,
         head_dim: int,

@@ -57,7 +57,7 @@ def naive(
     feature_map="elu+1",
     similarity="dot",
     key_mask=None,
-    eps=1e-6,
+    eps=0.0,
     k_pos=None,
     layout="half",
     rot=rotate_ref,
@@ -84,7 +84,10 @@ def naive(
     if key_mask is not None:
         keep = keep * np.asarray(key_mask, dtype=np.float64)[..., None, :]
     num, den = num * keep, den * keep
-    d = np.maximum(den.sum(-1), eps)[..., None]
+    d = den.sum(-1)[..., None]
+    if eps:
+        d = np.maximum(d, eps)
+    d = np.where(d != 0, d, np.inf)  # no visible key: output 0
     out = (num @ v) / d
     # Rounding-error scale of each output: sum_j |num_ij| |v_j| / den_i.
     scale = np.maximum(1.0, (np.abs(num) @ np.abs(v)) / d)
@@ -306,15 +309,47 @@ def test_cosine_is_safe_for_zero_vectors(backend, rng):
     assert_close(out, ref, dtype="float32", scale=scale, ulps=16)
 
 
-def test_denominator_guard(backend, rng):
-    """Features that underflow to 0 (elu+1 of very negative inputs) give 0, not NaN."""
-    q = backend.asarray(np.full((1, 4, 4), -200.0), "float32")
-    k = backend.asarray(rng.normal(size=(1, 4, 4)), "float32")
-    v = backend.asarray(rng.normal(size=(1, 4, 2)), "float32")
-    out = to_numpy(
-        rotary.linear_attention(q, k, v, backend.asarray(np.arange(4), _int(backend)), causal=True)
-    )
-    np.testing.assert_array_equal(out, 0.0)
+@pytest.mark.parametrize("q_value", [-30.0, -200.0])
+def test_denominator_exact_for_tiny_features(backend, rng, q_value):
+    """elu+1 of very negative queries: features of 1e-13 (q = -30) or below float32's range
+    (q = -200). The output does not depend on the query features' scale, and is exact: an
+    absolute floor of the denominator returned 4e-7 where the answer is 0.88 (237a6c9)."""
+    q = backend.asarray(np.full((1, 6, 4), q_value), "float32")
+    k = backend.asarray(rng.normal(size=(1, 6, 4)), "float32")
+    v = backend.asarray(rng.normal(size=(1, 6, 2)) + 1.0, "float32")
+    pos = backend.asarray(np.arange(6), _int(backend))
+    for causal in (True, False):
+        out = rotary.linear_attention(q, k, v, pos, causal=causal)
+        # the float64 oracle: the features of q = 0, all equal as those of q_value are
+        ref, scale = naive(np.zeros((1, 6, 4)), to_numpy(k), to_numpy(v), np.arange(6), causal=causal)
+        assert_close(out, ref, dtype="float32", scale=scale, ulps=16)
+
+
+@pytest.mark.parametrize("factor", [1e-30, 1e30])
+def test_output_independent_of_query_feature_scale(backend, rng, factor):
+    """A feature map scaled by 1e-30 or 1e30 gives the same output (the scale cancels in the
+    ratio; no floor of the denominator sees it)."""
+    (q, k, v), (qn, kn, vn) = _inputs(backend, rng)
+    pos = backend.asarray(np.arange(11), _int(backend))
+
+    def scaled(x):  # elu+1, scaled: 1e-60 and 1e60 products of q and k features are out of range
+        xp = array_api_compat.array_namespace(x)
+        return (xp.maximum(x, xp.zeros_like(x)) + xp.exp(xp.minimum(x, xp.zeros_like(x)))) * factor
+
+    for causal in (False, True):
+        out = rotary.linear_attention(q, k, v, pos, causal=causal, feature_map=scaled)
+        ref, scale = naive(qn, kn, vn, np.arange(11), causal=causal)
+        assert_close(out, ref, dtype="float32", scale=scale, ulps=16)
+
+
+def test_zero_denominator_gives_zero(backend, rng):
+    """Queries that see no key (every key padding) get 0, not NaN; ``eps`` floors instead."""
+    (q, k, v), _ = _inputs(backend, rng, shape=(1, 5, 4), dv=3)
+    mask = backend.asarray(np.zeros((1, 5), dtype=bool), "bool")
+    pos = backend.asarray(np.arange(5), _int(backend))
+    for causal in (False, True):
+        out = to_numpy(rotary.linear_attention(q, k, v, pos, causal=causal, key_mask=mask))
+        np.testing.assert_array_equal(out, 0.0)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -487,7 +522,7 @@ def test_errors_name_the_argument(backend, rng):
         with pytest.raises(TypeError, match="chunk_size"):
             la(q, k, v, pos, causal=True, chunk_size=bad)
     with pytest.raises(ValueError, match="eps"):
-        la(q, k, v, pos, eps=0.0)
+        la(q, k, v, pos, eps=-1.0)
     with pytest.raises(ValueError, match="causal=True needs as many queries as keys"):
         la(q[:, :4, :], k, v, pos[:4], causal=True)
     with pytest.raises(ValueError, match="feature_map"):

@@ -7,16 +7,16 @@ Nothing here computes: values are never read while a graph is built.
   whole in a block (a rotation mixes features across the head): an input chunked along it
   is merged into one chunk there.  Positions are re-chunked to ``x``'s blocks, never ``x``.
 * :meth:`DaskBackend.map_heads` does the same for layout conversion (blocks of whole heads).
-* :meth:`DaskBackend.causal_scan` is causal linear attention as a scan over blocks: every
-  block of keys is summarised by its state (one task each), an exclusive cumulative sum of
-  the block states hands each block the state of all earlier keys, and each block runs the
-  chunked algorithm on its own tokens from it.  No block holds more than its own tokens.
+* :meth:`DaskBackend.scan` is linear attention's scan over the sequence, block by block:
+  without decay every block of keys is summarised by its state (one task each), an
+  exclusive cumulative sum of the block states hands each block the state of all earlier
+  keys, and each block runs the chunked algorithm on its own tokens from it; with decay or
+  documents the block states form a chain.  No block holds more than its own tokens.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,8 +24,7 @@ from typing import Any
 import dask.array as da
 import numpy as np
 
-from .._lib._compat import array_namespace
-from .._lib._typing import Array, Device, DType
+from .._lib._typing import Array, Device
 from .._math import _linear
 from ._generic import Backend
 
@@ -55,7 +54,7 @@ def _index(n: int, *tail: str) -> tuple[str, ...]:
 class DaskBackend(Backend):
     writable = False
     lazy = True
-    #: How :meth:`causal_scan` prefix-sums the block states (``dask.array.cumsum``'s method).
+    #: How :meth:`scan` prefix-sums the block states (``dask.array.cumsum``'s method).
     _scan = "sequential"
 
     @contextlib.contextmanager
@@ -108,136 +107,92 @@ class DaskBackend(Backend):
         return da.map_blocks(kernel, x, dtype=x.dtype, meta=x._meta)
 
     # -- linear attention --------------------------------------------------------------------
-    def causal_scan(
+    def scan(
         self,
-        chunks: _linear.Chunk,
-        init: _linear.State | None,
+        body: Callable[[Any, _linear.Source], tuple[Any, Array | None]],
+        carry: Any,
+        src: _linear.Source,
         *,
-        size: int,
-        eps: float,
-        device: Device,
-        out_dtype: DType,
-    ) -> tuple[Array, _linear.State]:
-        a, c, b, e, v = chunks
-        nl = max(t.ndim for t in chunks) - 2
-        nd = nl + 2
-        a, c, b, e, v = (_merge_last(t[(None,) * (nd - t.ndim)]) for t in (a, c, b, e, v))
-        # Leading axes: arrays not broadcast there share the chunks of the first that is not.
-        for i in range(nl):
-            ref = next((t for t in (a, c, b, e, v) if t.shape[i] != 1), a)
-            a, c, b, e, v = (_align(t, ref, i) for t in (a, c, b, e, v))
-        b, e, v = (_align(t, a, nl) for t in (b, e, v))  # keys' blocks = queries' blocks
-        f, dv = b.shape[-1], v.shape[-1]
-        sdt = a.dtype
-        kv = _index(nl)
-        packed = da.blockwise(
-            _block_state,
-            (*kv, "t", "f", "g"),
-            b,
-            (*_index(nl), "t", "x"),
-            e,
-            (*_index(nl), "t", "x"),
-            v,
-            (*_index(nl), "t", "y"),
-            adjust_chunks={"t": 1},
-            new_axes={"f": f, "g": dv + 1},
-            align_arrays=False,
-            concatenate=True,
-            dtype=sdt,
-            meta=np.empty((0,) * (nd + 1), dtype=sdt),
-        )
-        nb = packed.shape[nl]
-        sel = (slice(None),) * nl
-        incl = da.cumsum(packed, axis=nl, method=self._scan)
-        head, body = (*sel, slice(0, 1)), (*sel, slice(0, nb - 1))
-        first = da.zeros_like(packed[head])
-        excl = da.concatenate([first, incl[body]], axis=nl) if nb > 1 else first
-        if init is None:
-            init = _linear.State(da.zeros((f, dv), dtype=sdt), da.zeros((f,), dtype=sdt))
-        S0, z0 = (_single_chunks(t, nd - 2 + r) for t, r in ((init.S, 2), (init.z, 1)))
-        for i in range(nl):
-            S0, z0 = _align(S0, a, i), _align(z0, a, i)
-        out = da.blockwise(
-            functools.partial(_block_causal, size=size, eps=eps, dv=dv, out_dtype=out_dtype),
-            (*_index(nl), "s", "y"),
-            a,
-            (*_index(nl), "s", "x"),
-            c,
-            (*_index(nl), "s", "x"),
-            b,
-            (*_index(nl), "s", "x"),
-            e,
-            (*_index(nl), "s", "x"),
-            v,
-            (*_index(nl), "s", "y"),
-            excl,
-            (*kv, "s", "f", "g"),
-            S0,
-            (*kv, "f", "y"),
-            z0,
-            (*kv, "f"),
-            align_arrays=False,
-            concatenate=True,
-            dtype=out_dtype,
-            meta=np.empty((0,) * nd, dtype=out_dtype),
-        )
-        end = (*sel, nb - 1)
-        last = incl[end]
-        return out, _linear.State(S0 + last[..., :dv], z0 + last[..., dv])
+        n: Any,
+        block: int,
+        additive: bool = False,
+    ) -> tuple[Any, Array | None]:
+        """A scan over the blocks of the sequence (those of the first array of ``src`` that runs
+        along it; the others are cut like it): every block a part, so no task holds more than
+        one block.  ``additive`` (the carry after a part is the carry before it plus the part's
+        own, as without decay): every block's own carry at once, then their exclusive prefix sum
+        (``dask.array.cumsum``, :meth:`scan_method`), then every block's outputs from its prefix;
+        else a chain of blocks (each carry needs the one before: small tasks, the outputs still
+        run in parallel)."""
+        ref = next((i for i in range(len(src.arrays)) if src.sliced(i, n)), None)
+        if ref is None:  # one token: one part
+            return body(carry, src)
+        x0, ax0 = src.arrays[ref], src.axes[ref]
+        assert x0 is not None
+        chunks = x0.chunks[ax0]
+        if not all(_known(c) for c in chunks):
+            raise _unknown_chunks("q" if ref == 0 else "k", x0.ndim + ax0, "its blocks can be scanned")
+        arrays = []
+        for i, (x, ax) in enumerate(zip(src.arrays, src.axes, strict=True)):
+            if x is not None and not isinstance(x, da.Array):
+                x = da.asarray(x)
+            if x is not None and src.sliced(i, n):
+                x = x.rechunk({x.ndim + ax: chunks})
+                if ax == -2:
+                    x = _merge_last(x)
+            arrays.append(x)
+        src = _linear.Source(tuple(arrays), src.axes)
+        bounds = [0, *np.cumsum(chunks).tolist()]
+        parts = [src.take(bounds[i], bounds[i + 1], n) for i in range(len(chunks))]
+        outs: list[Array] = []
+        if additive and len(parts) > 1:
+            owns = [body(None, part)[0] for part in parts]
+            prefixes = self._prefixes(owns, carry)
+            for part, pre in zip(parts, prefixes, strict=True):
+                _, o = body(pre, part)
+                if o is not None:
+                    outs.append(o)
+            total = prefixes[-1]
+            last = owns[-1]
+            carry = _linear.Carry(total.S + last.S, None if last.z is None else total.z + last.z, last.doc)
+        else:
+            for part in parts:
+                carry, o = body(carry, part)
+                if o is not None:
+                    outs.append(o)
+        if not outs:
+            return carry, None
+        if len(outs) == 1:
+            return carry, outs[0]
+        lead = np.broadcast_shapes(*(tuple(o.shape[:-2]) for o in outs))
+        outs = [
+            o if tuple(o.shape[:-2]) == lead else da.broadcast_to(o, (*lead, *o.shape[-2:])) for o in outs
+        ]
+        return carry, da.concatenate(outs, axis=-2)
 
-
-def _single_chunks(t: Any, nd: int) -> Array:
-    """A state array as Dask with ``nd`` axes and one chunk along its feature axes."""
-    t = da.asarray(t)
-    return t[(None,) * (nd - t.ndim)]
+    def _prefixes(self, owns: list[_linear.Carry], init: Any) -> list[_linear.Carry]:
+        """The exclusive prefix sums of the blocks' own carries, from ``init`` (:meth:`scan_method`)."""
+        lead = np.broadcast_shapes(*(tuple(c.S.shape[:-2]) for c in owns))
+        S = da.stack([da.broadcast_to(c.S, (*lead, *c.S.shape[-2:])) for c in owns], axis=0)
+        incl = da.cumsum(S, axis=0, method=self._scan)
+        zs = None
+        if owns[0].z is not None:
+            z = da.stack([da.broadcast_to(c.z, (*lead, c.z.shape[-1])) for c in owns], axis=0)
+            zs = da.cumsum(z, axis=0, method=self._scan)
+        out = []
+        for i in range(len(owns)):
+            if i == 0:
+                S0 = da.zeros_like(incl[0])
+                z0 = None if zs is None else da.zeros_like(zs[0])
+            else:
+                S0 = incl[i - 1]
+                z0 = None if zs is None else zs[i - 1]
+            if init is not None:
+                S0 = S0 + init.S
+                z0 = None if z0 is None else z0 + init.z
+            out.append(_linear.Carry(S0, z0, None))
+        return out
 
 
 def _rotate_block(xb: Array, pb: Array, kernel: Callable[[Array, Array], Array]) -> Array:
     return kernel(xb, pb[..., 0])
-
-
-def _align(t: Array, ref: Array, axis: int) -> Array:
-    if t.shape[axis] == 1 or t.chunks[axis] == ref.chunks[axis]:
-        return t
-    if not all(_known(n) for n in ref.chunks[axis]):
-        raise _unknown_chunks("q", axis, "k and v can be split like it")
-    return t.rechunk({axis: ref.chunks[axis]})
-
-
-def _block_state(b: Array, e: Array, v: Array) -> Array:
-    xp = array_namespace(b)
-    st = _linear.chunk_state(_linear.Chunk(b, b, b, e, v), xp)
-    z = xp.broadcast_to(st.z, (*st.S.shape[:-2], st.z.shape[-1]))
-    return xp.concat([st.S, z[..., None]], axis=-1)[..., None, :, :]
-
-
-def _block_causal(
-    a: Array,
-    c: Array,
-    b: Array,
-    e: Array,
-    v: Array,
-    prefix: Array,
-    S0: Array,
-    z0: Array,
-    *,
-    size: int,
-    eps: float,
-    dv: int,
-    out_dtype: DType,
-) -> Array:
-    from . import backend_for
-
-    xp = array_namespace(a)
-    p = prefix[..., 0, :, :]
-    init = _linear.State(S0 + p[..., :dv], z0 + p[..., dv])
-    be = backend_for(xp)
-    out, _ = be.causal_scan(
-        _linear.Chunk(a, c, b, e, v),
-        init,
-        size=size,
-        eps=eps,
-        device=be.creation_device(a),
-        out_dtype=out_dtype,
-    )
-    return out

@@ -34,7 +34,6 @@ from .._lib._compat import device as _device
 from .._lib._typing import Array, Device, DType, Layout, Namespace
 from .._math import _angles, _linear
 from .._math._rotation import rotate_pairs
-from ._scan import batched_causal_scan
 
 __all__ = ["POSITION_TABLE_MAX", "Backend", "ConstantBuilder"]
 
@@ -435,65 +434,58 @@ class Backend:
         ``None`` for values it does not cover.  ``None``: no shortcut (the generic steps are it)."""
         return None
 
+    def linear_step(self, feature_map: str, eps: float) -> Callable[..., tuple[Array, ...] | None] | None:
+        """A shortcut for decoding steps of linear attention (see the torch backend's), or
+        ``None``: the generic step."""
+        return None
+
     def _take_rows(self, table: Array, idx: Array) -> Array:
         return self.xp.take(table, idx, axis=0)
 
-    def causal_scan(
+    def scan(
         self,
-        chunks: _linear.Chunk,
-        init: _linear.State | None,
+        body: Callable[[Any, _linear.Source], tuple[Any, Array | None]],
+        carry: Any,
+        src: _linear.Source,
         *,
-        size: int,
-        eps: float,
-        device: Device,
-        out_dtype: DType,
-    ) -> tuple[Array, _linear.State]:
-        """Causal linear attention over the sequence axis (-2) of ``chunks``, ``size`` tokens
-        at a time, from the state ``init`` (``None``: no earlier keys); returns the outputs and
-        the final state.  Here a Python loop carrying the exclusive prefix sum of the chunk
-        states (working memory of one chunk), or all chunks at once where :meth:`_loop_free`."""
+        n: Any,
+        block: int,
+        additive: bool = False,
+    ) -> tuple[Any, Array | None]:
+        """Stream the sequence of ``src`` (``n`` tokens) through ``body(carry, part) -> (carry,
+        out)`` in parts of ``block`` tokens, in order: the working memory is one part's, whatever
+        the length.  ``out`` is the part's output (sequence axis -2, or ``None``); returns the
+        last carry and the outputs joined.  Here a Python loop writing into one output; the whole
+        sequence at once where :meth:`_loop_free` (a trace sees no loop over the sequence).
+        ``additive``: the carry after a part is the carry before it plus the part's own (no
+        decay), which a backend may use to run the parts in parallel (Dask)."""
+        if n is None or self._loop_free(n) or n <= block:  # (None: a symbolic length, ndonnx)
+            return body(carry, src)
         xp = self.xp
-        n = chunks.a.shape[-2]
-        if n is None or self._loop_free(n):  # (None: a symbolic length, ndonnx)
-            return batched_causal_scan(chunks, init, size, eps, device, out_dtype, xp, self._cumsum)
-        carry = init
-        if n == 0:
-            return xp.zeros(
-                (*chunks.a.shape[:-1], chunks.v.shape[-1]), dtype=out_dtype, device=device
-            ), _linear.add(init, _linear.chunk_state(chunks, xp))
         outs: list[Array] = []
         out = None
-        for start in range(0, n, size):
-            stop = min(start + size, n)
-            ch = _linear.Chunk(*(t[..., start:stop, :] for t in chunks))
-            o = _linear.chunk_output(ch, carry, eps, xp, device)
-            carry = _linear.add(carry, _linear.chunk_state(ch, xp))
-            if o.dtype != out_dtype:
-                o = xp.astype(o, out_dtype)
-            # (written into one output only where a fast path may run, a batched or dual chunk
+        for start in range(0, n, block):
+            stop = min(start + block, n)
+            carry, o = body(carry, src.take(start, stop, n))
+            if o is None:
+                continue
+            # (written into one output only where a fast path may run, a batched or dual array
             # cannot be written into a plain array, and for an eager writeable library: a graph
             # library such as cubed takes no item assignment, whatever a probe says)
-            if not (self.writable and self.values_readable and is_writeable(o) and self.fast(o)) or (
-                stop - start == n
-            ):
+            if outs or not (self.writable and self.values_readable and is_writeable(o) and self.fast(o)):
                 outs.append(o)
                 continue
             if out is None:
-                out = xp.empty((*o.shape[:-2], n, o.shape[-1]), dtype=out_dtype, device=device)
+                out = xp.empty((*o.shape[:-2], n, o.shape[-1]), dtype=o.dtype, device=self.creation_device(o))
             out[..., start:stop, :] = o
-        if out is None:
-            out = outs[0] if len(outs) == 1 else xp.concat(outs, axis=-2)
-        assert carry is not None
-        return out, carry
+        if outs:
+            return carry, outs[0] if len(outs) == 1 else xp.concat(outs, axis=-2)
+        return carry, out
 
     def _loop_free(self, n: Any) -> bool:
         """:meth:`causal_scan` of ``n`` tokens runs loop-free (:mod:`._scan`): a trace
         sees no Python loop over the sequence."""
         return False
-
-    def _cumsum(self, x: Array, axis: int) -> Array:
-        """The cumulative sum of the loop-free scan."""
-        return self.xp.cumulative_sum(x, axis=axis)
 
     def jit_eagerly(self) -> bool:
         """Eager calls run as one compiled program (:meth:`jit`): JAX outside a trace, where

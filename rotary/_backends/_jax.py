@@ -20,7 +20,6 @@ from .._lib._typing import Array, Device, DType, Layout
 from .._math import _linear
 from .._math._rotation import rotate_pairs
 from ._generic import Backend, ConstantBuilder, sized
-from ._scan import _pad_seq
 
 __all__ = ["JaxBackend"]
 
@@ -140,46 +139,55 @@ class JaxBackend(Backend):
 
         return get_or_build((config, kind, "jax", device, dtype), make, "constants")
 
-    def causal_scan(
+    def scan(
         self,
-        chunks: _linear.Chunk,
-        init: _linear.State | None,
+        body: Callable[[Any, _linear.Source], tuple[Any, Array | None]],
+        carry: Any,
+        src: _linear.Source,
         *,
-        size: int,
-        eps: float,
-        device: Device,
-        out_dtype: DType,
-    ) -> tuple[Array, _linear.State]:
-        """``lax.scan`` over the chunks: one traced chunk body, working memory of one chunk.
+        n: Any,
+        block: int,
+        additive: bool = False,
+    ) -> tuple[Any, Array | None]:
+        """``lax.scan`` over the whole parts: one traced body, working memory of one part.
 
-        The first chunk runs before the scan, so the carried state takes its sharding from the
-        data (a replicated initial state would not match a sharded one under ``jit``).
+        The first part runs before the scan, so the carried state takes its sharding from the
+        data (a replicated initial state would not match a sharded one under ``jit``); a last,
+        shorter part runs after it.
         """
-        n = chunks.a.shape[-2]
-        if self._loop_free(n) or n <= 2 * size:
-            return super().causal_scan(chunks, init, size=size, eps=eps, device=device, out_dtype=out_dtype)
-        first = _linear.Chunk(*(t[..., :size, :] for t in chunks))
-        o0 = _linear.chunk_output(first, init, eps, jnp, device).astype(out_dtype)
-        carry = _linear.add(init, _linear.chunk_state(first, jnp))
-        rest = n - size
-        pad = (-rest) % size
-        m = (rest + pad) // size
-        xs = []
-        for t in chunks:
-            t = _pad_seq(t[..., size:, :], pad, jnp)
-            t = jnp.reshape(t, (*t.shape[:-2], m, size, t.shape[-1]))
-            xs.append(jnp.moveaxis(t, -3, 0))
+        if self._loop_free(n) or n <= 2 * block:
+            return super().scan(body, carry, src, n=n, block=block, additive=additive)
+        carry, first = body(carry, src.take(0, block, n))
+        full = (n - block) // block
+        stop = block + full * block
+        xs: list[Any] = []
+        for i, (_x, ax) in enumerate(zip(src.arrays, src.axes, strict=True)):
+            if not src.sliced(i, n):
+                xs.append(None)
+                continue
+            part = src.take(block, stop, n).arrays[i]
+            ax = ax % part.ndim
+            part = jnp.reshape(part, (*part.shape[:ax], full, block, *part.shape[ax + 1 :]))
+            xs.append(jnp.moveaxis(part, ax, 0))
 
-        def body(carry: _linear.State, x: tuple[Array, ...]) -> tuple[_linear.State, Array]:
-            ch = _linear.Chunk(*x)
-            out = _linear.chunk_output(ch, carry, eps, jnp, device)
-            return _linear.add(carry, _linear.chunk_state(ch, jnp)), out.astype(out_dtype)
+        def step(c: Any, x: tuple[Any, ...]) -> tuple[Any, Any]:
+            arrays = tuple(a if xi is None else xi for a, xi in zip(src.arrays, x, strict=True))
+            c, o = body(c, _linear.Source(arrays, src.axes))
+            return c, o
 
-        final, outs = jax.lax.scan(body, carry, tuple(xs))
-        outs = jnp.moveaxis(outs, 0, -3)
-        outs = jnp.reshape(outs, (*outs.shape[:-3], m * size, outs.shape[-1]))[..., :rest, :]
-        o0 = jnp.broadcast_to(o0, (*outs.shape[:-2], *o0.shape[-2:]))
-        return jnp.concatenate([o0, outs], axis=-2), final
+        carry, outs = jax.lax.scan(step, carry, tuple(xs))
+        pieces = [first]
+        if outs is not None:
+            outs = jnp.moveaxis(outs, 0, -3)
+            pieces.append(jnp.reshape(outs, (*outs.shape[:-3], full * block, outs.shape[-1])))
+        if stop < n:
+            carry, last = body(carry, src.take(stop, n, n))
+            pieces.append(last)
+        if first is None:
+            return carry, None
+        lead = jnp.broadcast_shapes(*(p.shape[:-2] for p in pieces))
+        pieces = [jnp.broadcast_to(p, (*lead, *p.shape[-2:])) for p in pieces]
+        return carry, jnp.concatenate(pieces, axis=-2)
 
     def _loop_free(self, n: Any) -> bool:
         return not isinstance(n, int)  # symbolic length (jax.export)

@@ -709,15 +709,62 @@ class TorchBackend(Backend):
             return get_or_build((config, "decode_rows", n, dev, dtype), make, "decode_rows")
 
         def plan(q: Array, k: Array, pos: Any) -> tuple[Array, Array] | None:
-            if not (type(pos) is torch.Tensor and fast(q, k, pos)):
+            if type(pos) is int:  # (a Python position: linear attention's decoding plan)
+                if not fast(q, k):
+                    return None
+                p = pos
+            elif not (type(pos) is torch.Tensor and fast(q, k, pos)):
                 return None
-            p = int(pos)
+            else:
+                p = int(pos)
             if not 0 <= p < POSITION_TABLE_MAX:
                 return None
             C2, S2 = rows(p)[p].unbind(0)
             return _rotate_small_half_joint(q, k, C2, S2, h)
 
         return plan
+
+    def linear_step(
+        self, feature_map: str, eps: float
+    ) -> Callable[[Array, Array, Array, Array, Array, Callable[..., Any]], tuple[Array, ...] | None] | None:
+        """A decoding step of normalised linear attention with ``elu+1`` features and the dot
+        similarity on plain CPU tensors of the compute dtype: the generic step's bits
+        (:func:`rotary._math._linear.query_features`, ``features``, ``step``) in torch's own
+        calls, without the namespace's wrappers.  ``rotate(c, e)`` rotates the features (or
+        returns ``None``); anything else returns ``None`` (the generic step)."""
+        if feature_map != "elu+1":
+            return None
+
+        def step(
+            q: Array, k: Array, v: Array, S: Array, z: Array, rotate: Callable[..., Any]
+        ) -> tuple[Array, ...] | None:
+            if not (
+                fast(q, k, v, S, z)
+                and q.dtype == k.dtype == v.dtype == S.dtype == z.dtype == torch.float32
+                and q.is_cpu
+                and k.is_cpu
+                and v.is_cpu
+                and S.is_cpu
+                and z.is_cpu
+            ):
+                return None
+            shift = torch.clamp_max(torch.amax(q, -1, keepdim=True), 0.0)
+            c = torch.clamp_min(q, 0.0) + torch.exp(torch.clamp_max(q, 0.0) - shift)
+            e = torch.clamp_min(k, 0.0) + torch.exp(torch.clamp_max(k, 0.0))
+            rot = rotate(c, e)
+            if rot is None:
+                return None
+            a, b = rot
+            S = S + torch.matmul(b.mT, v)
+            z = z + e[..., 0, :]
+            den = torch.sum(c * z[..., None, :], dim=-1)
+            if eps > 0:
+                den = torch.maximum(den, torch.full_like(den, eps))
+            else:
+                den = torch.where(den != 0, den, torch.full_like(den, float("inf")))
+            return torch.matmul(a, S) / den[..., None], S, z
+
+        return step
 
     def _exact(
         self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool, *, checked: bool
@@ -736,9 +783,6 @@ class TorchBackend(Backend):
 
     def _loop_free(self, n: Any) -> bool:
         return bool(torch.compiler.is_compiling())
-
-    def _cumsum(self, x: Array, axis: int) -> Array:
-        return torch.cumsum(x, dim=axis)
 
 
 TORCH = TorchBackend(torch_xp)  # the one instance (see ``backend_for``)

@@ -1,43 +1,57 @@
-"""The algebra of RoFormer's RoPE linear attention (paper eq. 19), written once.
+"""The algebra of RoPE linear attention (RoFormer eq. 19, with the field's decay and gates), written once.
 
 Notation, per head: ``a_i`` / ``c_i`` the numerator / denominator features of query ``i``,
 ``b_j`` / ``e_j`` those of key ``j`` (numerator features rotated by RoPE, denominator ones
-not, for ``similarity="dot"``; both rotated and with a constant feature for ``"cosine"``)::
+not, for ``similarity="dot"``; both rotated and with a constant feature for ``"cosine"``), and
+``w_ij`` the weight of key ``j`` at query ``i``::
 
-    out_i = sum_j (a_i . b_j) v_j / max(sum_j c_i . e_j, eps)
+    out_i = sum_{j <= i} w_ij (a_i . b_j) v_j / sum_{j <= i} w_ij (c_i . e_j)
 
-The keys enter only through the *state* ``S = sum_j b_j v_j^T`` (``F x d_v``) and
-``z = sum_j e_j`` (``F``); states of disjoint key sets add.  Causal attention splits the
-sequence into chunks of ``C`` tokens: inside a chunk the masked quadratic form, before it
-the state of all earlier chunks, i.e. an *exclusive prefix sum* of the chunk states.  That
-prefix sum is the one backend-specific step (:meth:`rotary._backends.Backend.causal_scan`:
-a Python loop, ``lax.scan``, a cumulative sum over chunks, a Dask block scan); the two
-functions here, :func:`chunk_state` and :func:`chunk_output`, are everything else.  Both
-work on any leading axes, so the same code runs one chunk at a time or all chunks at once.
+(the denominator only when normalised).  ``w_ij = prod_{s=j+1..i} alpha_s`` where
+``alpha_s = exp(g_s)``, ``g_s <= 0`` the log-gate of token ``s`` (``0``: no decay, RoFormer), and
+``w_ij = 0`` between tokens of different documents (a document boundary is a gate that forgets
+everything; documents are *runs*: ``doc`` ids that never decrease along the sequence).
+
+The keys enter only through the *state*: ``S = sum_j w_j b_j v_j^T`` (``F x d_v``) and ``z =
+sum_j w_j e_j`` (``F``), every key weighted by its decay up to the state's end.  The causal
+form splits the sequence into chunks of ``C`` tokens: inside a chunk the masked quadratic form
+(mask and decay as *multiplied* constants, never ``where``), before it the state of every earlier
+chunk.  :func:`block_causal` runs the ``m`` chunks of a block at once: the states at the chunk
+starts are one ``(m + 1) x (m + 1)`` weighted sum of the chunk states (a matrix product, in
+which the decays between chunks are sums of the chunk totals that lie between, never differences
+of long cumulative sums).  Backends stream blocks (:meth:`rotary._backends.Backend.scan`): the
+working memory is one block's, whatever the sequence length.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .._lib._typing import Array, Device, DType, FeatureMapName, Namespace
 
 __all__ = [
     "FEATURE_MAPS",
+    "Carry",
     "Chunk",
+    "Marks",
     "Plan",
+    "Source",
     "State",
+    "absorb",
     "attend",
-    "chunk_output",
-    "chunk_state",
+    "block_causal",
+    "block_state",
     "features",
+    "pad_part",
+    "query_features",
+    "step",
 ]
 
 
 def _elu1(x: Array, xp: Namespace) -> Array:
-    zero = xp.zeros_like(x)
-    return xp.where(x > zero, x + 1.0, xp.exp(xp.minimum(x, zero)))
+    # relu(x) + exp(min(x, 0)): elu(x) + 1 bit for bit (x + 1 above 0, exp(x) below), no where
+    return xp.maximum(x, xp.zeros_like(x)) + xp.exp(xp.minimum(x, xp.zeros_like(x)))
 
 
 def _relu(x: Array, xp: Namespace) -> Array:
@@ -69,25 +83,46 @@ class Plan(NamedTuple):
 
     phi: Callable[[Array, Namespace], Array]
     cosine: bool
-    eps: float
+    eps: float  # floor of the denominator of scale-free query features (0: only 0/0 -> 0)
     cdt: DType
+    normalize: bool = True
 
 
 class State(NamedTuple):
-    """Running sums ``S`` (``(..., F, d_v)``) and ``z`` (``(..., F)``)."""
+    """Running sums ``S`` (``(..., F, d_v)``) and ``z`` (``(..., F)``; ``None`` unnormalised)."""
 
     S: Array
-    z: Array
+    z: Array | None
+
+
+class Carry(NamedTuple):
+    """What passes from one block to the next: the state after the block, and the document of
+    its last token (``None`` without documents)."""
+
+    S: Array
+    z: Array | None
+    doc: Array | None
 
 
 class Chunk(NamedTuple):
-    """Features of a block of tokens (sequence axis -2)."""
+    """Features of a block of tokens (sequence axis -2); ``c``, ``e`` are ``None`` unnormalised,
+    ``a``, ``c`` where the block has no queries."""
 
-    a: Array  # query numerator features
-    c: Array  # query denominator features
+    a: Array | None  # query numerator features
+    c: Array | None  # query denominator features
     b: Array  # key numerator features
-    e: Array  # key denominator features
+    e: Array | None  # key denominator features
     v: Array  # values, in the compute dtype
+
+
+class Marks(NamedTuple):
+    """Per-token gates and documents of a block (sequence axis -1), each optional."""
+
+    g: Array | None  # log-gates g_t <= 0 (compute dtype)
+    doc: Array | None  # document (run) ids, never decreasing along the sequence
+
+
+NO_MARKS = Marks(None, None)
 
 
 def features(x: Array, plan: Plan, xp: Namespace) -> Array:
@@ -102,50 +137,338 @@ def features(x: Array, plan: Plan, xp: Namespace) -> Array:
     return f
 
 
+def query_features(x: Array, plan: Plan, xp: Namespace) -> Array:
+    """Query features for the numerator and the denominator: ``phi(q)``, divided by a positive
+    factor per token where the output is a ratio (``similarity="dot"``, normalised), so that
+    its scale never reaches a floor.  ``elu+1`` is scaled in the log domain (``exp(x - m)`` for
+    the largest ``m <= 0``), so features that would underflow (``q = -200`` in float32) keep
+    their ratios; other maps are divided by their largest feature."""
+    if plan.cosine or not plan.normalize:
+        return features(x, plan, xp)
+    if x.dtype != plan.cdt:
+        x = xp.astype(x, plan.cdt)
+    zero = xp.zeros_like(x)
+    if plan.phi is _elu1:
+        shift = xp.minimum(xp.max(x, axis=-1, keepdims=True), xp.zeros_like(x[..., :1]))
+        return xp.maximum(x, zero) + xp.exp(xp.minimum(x, zero) - shift)
+    f = plan.phi(x, xp)
+    top = xp.max(f, axis=-1, keepdims=True)
+    tiny = float(xp.finfo(plan.cdt).smallest_normal)
+    return f / xp.maximum(top, xp.full_like(top, tiny))
+
+
 def with_one(f: Array, xp: Namespace) -> Array:
     """``f`` with a constant feature 1 appended (it carries the ``1 +`` of the cosine similarity)."""
     one = xp.ones_like(f[..., :1])
     return xp.concat([f, one], axis=-1)
 
 
-def chunk_state(ch: Chunk, xp: Namespace) -> State:
-    """The state of the keys in ``ch``: ``(b^T v, sum e)`` over the sequence axis."""
-    return State(xp.matmul(xp.matrix_transpose(ch.b), ch.v), xp.sum(ch.e, axis=-2))
+def _t(x: Array, xp: Namespace) -> Array:
+    return xp.matrix_transpose(x)
 
 
-def add(s: State | None, t: State) -> State:
-    """``s + t`` (``None``: no keys, the identity)."""
-    return t if s is None else State(s.S + t.S, s.z + t.z)
+def divide(num: Array, den: Array | None, plan: Plan, xp: Namespace) -> Array:
+    """``num / den`` (``den`` of shape ``num.shape[:-1]``): a denominator of exactly 0 (a query
+    that sees no key, or features of disjoint supports) gives 0, never NaN or a blow-up, and no
+    NaN gradient (the division is by ``inf`` there); ``plan.eps > 0`` floors it instead."""
+    if den is None:
+        return num
+    if plan.eps > 0:
+        return num / xp.maximum(den, xp.full_like(den, plan.eps))[..., None]
+    safe = xp.where(den != 0, den, xp.full_like(den, float("inf")))
+    return num / safe[..., None]
 
 
-def _divide(num: Array, den: Array, eps: float, xp: Namespace) -> Array:
-    return num / xp.maximum(den, xp.full_like(den, eps))[..., None]
+def block_state(ch: Chunk, marks: Marks, xp: Namespace) -> tuple[State, Array | None]:
+    """The state of the keys of ``ch`` at its end (keys of its last document only), and the
+    block's total log-decay (``None`` without gates; ``-inf``-free: a block that holds a
+    document boundary is marked by its documents, not by the decay)."""
+    b, e, v = ch.b, ch.e, ch.v
+    g, doc = marks
+    if g is None and doc is None:
+        return State(xp.matmul(_t(b, xp), v), None if e is None else xp.sum(e, axis=-2)), None
+    w = None
+    total = None
+    if g is not None:
+        ell = xp.cumulative_sum(g, axis=-1)
+        total = ell[..., -1]
+        w = xp.exp(ell[..., -1:] - ell)
+    if doc is not None:
+        same = xp.astype(doc == doc[..., -1:], b.dtype)
+        w = same if w is None else w * same
+    assert w is not None
+    wb = b * w[..., None]
+    S = xp.matmul(_t(wb, xp), v)
+    z = None if e is None else xp.sum(e * w[..., None], axis=-2)
+    return State(S, z), total
 
 
-def attend(a: Array, c: Array, st: State, eps: float, xp: Namespace) -> Array:
+def attend(a: Array, c: Array | None, st: State, plan: Plan, xp: Namespace) -> Array:
     """Queries against a whole state (non-causal, or decoding)."""
-    return _divide(xp.matmul(a, st.S), xp.sum(c * st.z[..., None, :], axis=-1), eps, xp)
+    num = xp.matmul(a, st.S)
+    if c is None or st.z is None:
+        return num
+    return divide(num, xp.sum(c * st.z[..., None, :], axis=-1), plan, xp)
 
 
-def chunk_output(
+def step(ch: Chunk, marks: Marks, carry: Carry, plan: Plan, xp: Namespace) -> tuple[Array, Carry]:
+    """One token (sequence length 1) from the state ``carry``: ``S' = alpha S + b v^T`` and the
+    output ``a S' / c . z'`` (the decoding step: a few small kernels)."""
+    b, e, v = ch.b, ch.e, ch.v
+    alpha = None
+    if marks.g is not None:
+        alpha = xp.exp(marks.g)[..., None]  # (..., 1, 1)
+    doc = carry.doc
+    if marks.doc is not None and doc is not None:
+        keep = xp.astype(marks.doc == doc[..., None], b.dtype)[..., None]
+        alpha = keep if alpha is None else alpha * keep
+    S, z = carry.S, carry.z
+    if alpha is not None:
+        S = S * alpha
+        z = None if z is None else z * alpha[..., 0]
+    S = S + xp.matmul(_t(b, xp), v)
+    z = None if z is None or e is None else z + e[..., 0, :]
+    out = attend(ch.a, ch.c, State(S, z), plan, xp) if ch.a is not None else None
+    new_doc = marks.doc[..., -1] if marks.doc is not None else doc
+    return out, Carry(S, z, new_doc)
+
+
+def _split(x: Array | None, m: int, size: int, xp: Namespace) -> Array | None:
+    """``(..., m * size, F)`` as ``(..., m, size, F)``."""
+    if x is None:
+        return None
+    return xp.reshape(x, (*x.shape[:-2], m, size, x.shape[-1]))
+
+
+def _split_marks(x: Array | None, m: int, size: int, xp: Namespace) -> Array | None:
+    if x is None:
+        return None
+    return xp.reshape(x, (*x.shape[:-1], m, size))
+
+
+def _tri(n: int, xp: Namespace, device: Device, dtype: DType, strict: bool = False) -> Array:
+    """``(n, n)``: 1 on and below the diagonal (below only where ``strict``)."""
+    i = xp.arange(n, device=device)
+    return xp.astype(i[:, None] > i[None, :] if strict else i[:, None] >= i[None, :], dtype)
+
+
+def _stack_states(first: Array, chunks: Array, axis: int, xp: Namespace) -> Array:
+    """``first`` (the carry) in front of the ``m`` chunk states along ``axis`` (negative; the
+    leading axes of both broadcast)."""
+    k = -axis  # the stacked axis and the ones after it
+    first = xp.expand_dims(first, axis=axis)
+    n = max(first.ndim, chunks.ndim)
+    fs = (1,) * (n - first.ndim) + tuple(first.shape)
+    cs = (1,) * (n - chunks.ndim) + tuple(chunks.shape)
+    lead = tuple(y if x == 1 else x for x, y in zip(fs[: n - k], cs[: n - k], strict=True))
+    if fs[: n - k] != lead or first.ndim != n:
+        first = xp.broadcast_to(first, (*lead, *fs[n - k :]))
+    if cs[: n - k] != lead or chunks.ndim != n:
+        chunks = xp.broadcast_to(chunks, (*lead, *cs[n - k :]))
+    return xp.concat([first, chunks], axis=axis)
+
+
+def _range_sums(lam: Array, xp: Namespace, device: Device) -> Array:
+    """``(..., m + 1, m + 1)``: ``[t, s] = lam[s] + ... + lam[t - 1]`` (0 where ``s >= t``), each a
+    sum of exactly those terms (a reverse cumulative sum of the masked totals: no difference
+    of long sums, so no cancellation)."""
+    m = lam.shape[-1]
+    t = xp.arange(m + 1, device=device)
+    c = xp.arange(m, device=device)
+    masked = lam[..., None, :] * xp.astype(c[None, :] < t[:, None], lam.dtype)  # (..., m + 1, m)
+    rev = xp.flip(xp.cumulative_sum(xp.flip(masked, axis=-1), axis=-1), axis=-1)
+    return xp.concat([rev, xp.zeros_like(rev[..., :1])], axis=-1)
+
+
+def block_causal(
     ch: Chunk,
-    prefix: State | None,
-    eps: float,
+    marks: Marks,
+    carry: Carry | None,
+    size: int,
+    plan: Plan,
     xp: Namespace,
     device: Device,
-    cumsum: Callable[[Array, int], Array] | None = None,
-) -> Array:
-    """Causal outputs of the queries of ``ch``: the keys of ``ch`` up to each query (masked
-    quadratic form) plus every key summarised in ``prefix`` (``None``: no earlier keys).
-    ``cumsum(x, axis)`` replaces ``xp.cumulative_sum`` (see ``batched_causal_scan``)."""
-    n = ch.a.shape[-2]
-    idx = xp.arange(n, device=device)
-    tri = idx[:, None] >= idx[None, :]
-    scores = xp.matmul(ch.a, xp.matrix_transpose(ch.b))
-    scores = xp.where(tri, scores, xp.zeros_like(scores))
-    num = xp.matmul(scores, ch.v)
-    zc = xp.cumulative_sum(ch.e, axis=-2) if cumsum is None else cumsum(ch.e, -2)
-    if prefix is not None:
-        num = num + xp.matmul(ch.a, prefix.S)
-        zc = zc + prefix.z[..., None, :]
-    return _divide(num, xp.sum(ch.c * zc, axis=-1), eps, xp)
+    out_dtype: DType | None = None,
+    *,
+    strict: bool = False,
+    divided: bool = True,
+) -> tuple[Any, Carry]:
+    """Causal outputs of a block of ``T = m * size`` tokens (``ch``: sequence axis -2, a
+    multiple of ``size``; ``marks``: axis -1) from ``carry`` (``None``: no earlier keys), and the
+    carry after it.  All ``m`` chunks at once.  ``strict``: a query does not see its own key.
+    ``divided=False``: the numerator and denominator (``None`` unnormalised) instead of their
+    ratio."""
+    assert ch.a is not None
+    T = ch.a.shape[-2]
+    m = T // size
+    cdt = ch.b.dtype
+    a, c, b, e, v = (_split(t, m, size, xp) for t in ch)
+    assert a is not None and b is not None and v is not None
+    g = _split_marks(marks.g, m, size, xp)
+    doc = _split_marks(marks.doc, m, size, xp)
+    plain = g is None and doc is None
+    tri = _tri(size, xp, device, cdt, strict)
+    # -- weights inside a chunk: D_ij, of each chunk's keys at its end: wend_j ---------------
+    D: Array = tri
+    wend = None
+    ell = None
+    if g is not None:
+        ell = xp.cumulative_sum(g, axis=-1)  # (..., m, C), from the chunk's start, inclusive
+        diff = ell[..., :, None] - ell[..., None, :]
+        # (the upper triangle has ell_i - ell_j >= 0: clamped before exp, then multiplied by 0)
+        D = xp.exp(xp.minimum(diff, xp.zeros_like(diff))) * tri
+        wend = xp.exp(ell[..., -1:] - ell)
+    if doc is not None:
+        same = xp.astype(doc[..., :, None] == doc[..., None, :], cdt)
+        D = D * same
+        last = xp.astype(doc == doc[..., -1:], cdt)
+        wend = last if wend is None else wend * last
+    # -- intra-chunk outputs -------------------------------------------------------------------
+    num = xp.matmul(xp.matmul(a, _t(b, xp)) * D, v)
+    den = None
+    if c is not None and e is not None:
+        den = xp.sum(xp.matmul(c, _t(e, xp)) * D, axis=-1)
+    # -- chunk states and the states at the chunk starts -----------------------------------------
+    wb = b if wend is None else b * wend[..., None]
+    Sc = xp.matmul(_t(wb, xp), v)  # (..., m, F, dv)
+    zc = None
+    if e is not None:
+        zc = xp.sum(e if wend is None else e * wend[..., None], axis=-2)  # (..., m, F)
+    F, dv = Sc.shape[-2], Sc.shape[-1]
+    if carry is None:
+        S0 = xp.zeros((F, dv), dtype=cdt, device=device)
+        z0 = None if zc is None else xp.zeros((F,), dtype=cdt, device=device)
+        d0 = None if doc is None else doc[..., 0, 0]
+    else:
+        S0, z0, d0 = carry
+        if doc is not None and d0 is None:
+            d0 = doc[..., 0, 0]
+    # W[t, s]: weight of source s (0: the carry, s >= 1: chunk s - 1) in the state at the start of
+    # chunk t (t = m: after the block)
+    W = _tri(m + 1, xp, device, cdt)
+    wq = None  # weight of the chunk-start state at each query
+    if not plain:
+        if g is not None:
+            assert ell is not None
+            lsum = _range_sums(ell[..., -1], xp, device)  # decay between the chunks
+            W = W * xp.exp(xp.minimum(lsum, xp.zeros_like(lsum)))
+            wq = xp.exp(ell)
+        if doc is not None:
+            assert d0 is not None
+            ends = _stack_states(d0, doc[..., -1], -1, xp)  # (..., m + 1): doc before chunk t
+            W = W * xp.astype(ends[..., :, None] == ends[..., None, :], cdt)
+            at = xp.astype(doc == ends[..., :-1, None], cdt)  # query in the doc before its chunk
+            wq = at if wq is None else wq * at
+    src = _stack_states(S0, Sc, -3, xp)  # (..., m + 1, F, dv)
+    lead = src.shape[:-3]
+    flat = xp.reshape(src, (*lead, m + 1, F * dv))
+    P = xp.reshape(xp.matmul(W, flat), (*_lead_of(W, lead), m + 1, F, dv))
+    Pz = None
+    if zc is not None and z0 is not None:
+        zsrc = _stack_states(z0, zc, -2, xp)
+        Pz = xp.matmul(W, zsrc)
+    # -- inter-chunk outputs ---------------------------------------------------------------------
+    inter = xp.matmul(a, P[..., :m, :, :])
+    num = num + (inter if wq is None else inter * wq[..., None])
+    if den is not None:
+        assert c is not None and Pz is not None
+        dinter = xp.sum(c * Pz[..., :m, None, :], axis=-1)
+        den = den + (dinter if wq is None else dinter * wq)
+    new_doc = None if doc is None else doc[..., -1, -1]
+    after = Carry(P[..., m, :, :], None if Pz is None else Pz[..., m, :], new_doc)
+    if not divided:
+        num = xp.reshape(num, (*num.shape[:-3], T, num.shape[-1]))
+        return (num, None if den is None else xp.reshape(den, (*den.shape[:-2], T))), after
+    out = divide(num, den, plan, xp)
+    out = xp.reshape(out, (*out.shape[:-3], T, out.shape[-1]))
+    if out_dtype is not None and out.dtype != out_dtype:
+        out = xp.astype(out, out_dtype)
+    return out, after
+
+
+def _lead_of(W: Array, lead: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The leading axes of ``W @ flat`` (``W`` a constant ``(m + 1, m + 1)`` or per row)."""
+    if W.ndim == 2:
+        return tuple(lead)
+    wl = tuple(W.shape[:-2])
+    n = max(len(wl), len(lead))
+    wl = (1,) * (n - len(wl)) + wl
+    ll = (1,) * (n - len(lead)) + tuple(lead)
+    return tuple(x if y == 1 else y for x, y in zip(wl, ll, strict=True))
+
+
+class Source(NamedTuple):
+    """Arrays with a sequence axis, cut into parts by :meth:`take`: ``arrays[i]`` has its
+    sequence at axis ``axes[i]`` (negative), or is ``None``, or has size 1 there (broadcast
+    along the sequence: passed whole)."""
+
+    arrays: tuple[Array | None, ...]
+    axes: tuple[int, ...]
+
+    def sliced(self, i: int, n: Any) -> bool:
+        """``arrays[i]`` runs along the sequence (``n`` tokens), so a part takes a slice of it."""
+        x, ax = self.arrays[i], self.axes[i]
+        return x is not None and x.ndim >= -ax and x.shape[ax] != 1
+
+    def take(self, start: int, stop: int, n: Any) -> Source:
+        """The part ``[start, stop)`` of the sequence."""
+        out = []
+        for i, (x, ax) in enumerate(zip(self.arrays, self.axes, strict=True)):
+            if not self.sliced(i, n):
+                out.append(x)
+                continue
+            assert x is not None
+            index = (Ellipsis, slice(start, stop)) + (slice(None),) * (-ax - 1)
+            out.append(x[index])
+        return Source(tuple(out), self.axes)
+
+
+def pad_part(ch: Chunk, marks: Marks, size: int, xp: Namespace) -> tuple[Chunk, Marks, int]:
+    """Tokens appended to a whole number of chunks of ``size``: zero features and values (they
+    add nothing), no decay, the last document's id (no boundary); returns the padded chunk,
+    marks and the real length.  Padded tokens come last, so no real query sees them."""
+    n = ch.b.shape[-2]
+    pad = (-n) % size
+    if pad == 0:
+        return ch, marks, n
+
+    def zeros(x: Array | None) -> Array | None:
+        if x is None:
+            return None
+        z = xp.zeros((*x.shape[:-2], pad, x.shape[-1]), dtype=x.dtype, device=_dev(x))
+        return xp.concat([x, z], axis=-2)
+
+    g, doc = marks
+    if g is not None:
+        g = xp.concat([g, xp.zeros((*g.shape[:-1], pad), dtype=g.dtype, device=_dev(g))], axis=-1)
+    if doc is not None:
+        doc = xp.concat([doc, xp.broadcast_to(doc[..., -1:], (*doc.shape[:-1], pad))], axis=-1)
+    return Chunk(*(zeros(t) for t in ch)), Marks(g, doc), n
+
+
+def _dev(x: Array) -> Device:
+    return getattr(x, "device", None)
+
+
+def absorb(carry: Carry | None, ch: Chunk, marks: Marks, xp: Namespace) -> Carry:
+    """``carry`` followed by the keys of ``ch`` (no outputs): the state decayed over the block and
+    the block's keys weighted by their decay to its end; a block that starts a new document
+    forgets the carry."""
+    st, total = block_state(ch, marks, xp)
+    doc = None if marks.doc is None else marks.doc[..., -1]
+    if carry is None:
+        return Carry(st.S, st.z, doc)
+    keep = None
+    if total is not None:
+        keep = xp.exp(total)
+    if marks.doc is not None:
+        d0 = carry.doc if carry.doc is not None else marks.doc[..., 0]
+        same = xp.astype(d0 == doc, st.S.dtype)
+        keep = same if keep is None else keep * same
+    S0, z0 = carry.S, carry.z
+    if keep is not None:
+        S0 = S0 * keep[..., None, None]
+        z0 = None if z0 is None else z0 * keep[..., None]
+    S = S0 + st.S
+    z = None if z0 is None or st.z is None else z0 + st.z
+    return Carry(S, z, doc)
