@@ -26,7 +26,7 @@ the rows.
 def _linattn(quick: bool, reps: int) -> list:
     """The linear-attention benchmark's quick run (its own module, ``benchmarks.linear_attention``)."""
     mod = importlib.import_module("benchmarks.linear_attention")
-    return list(mod.quick_run())
+    return list(mod.quick_run(quick))
 
 
 def _set_threads(n: int) -> None:

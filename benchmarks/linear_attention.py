@@ -1,15 +1,20 @@
-"""Causal RoPE linear attention vs softmax attention: time, peak memory, scaling.
+"""Causal RoPE linear attention: against hand-written code, its memory, its scaling, softmax.
 
 ``python3 -m benchmarks.linear_attention [--quick] [--threads N] [--plot PATH] [--json PATH]``
 
-Shapes ``(1, heads=8, N, d=64)``, float32, CPU, NumPy and torch.  For each N:
-``rotary.linear_attention(q, k, v, pos, causal=True)`` and
-``rotary.attention(q, k, v, pos, causal=True)`` (the quadratic baseline, skipped
-above ``--softmax-max`` tokens, where it would take minutes).  Peak memory: tracemalloc
-for NumPy (NumPy reports its buffers to it; torch runs the same code path, and its CPU
-allocator reports nothing comparable).  BLAS and torch run single-threaded by default
-(stable timings on a shared machine).  Checks: ``time(64k) / time(8k)`` within 1.25x
-of 8 (linear scaling) and softmax / linear at 16k >= 10.
+Shapes ``(1, heads, N, d=64)``, float32, CPU, one thread (BLAS, torch and XLA).  Side by side in
+one run (interleaved rounds, :func:`benchmarks._timing.compare`):
+
+* against what a user writes without rotary (:mod:`benchmarks.linear_hand`), at ``N = 64k``
+  with 4 heads, in torch, NumPy and under ``jax.jit``: causal (a chunk-64 loop carrying
+  ``(S, z)``; target: rotary at most 1.1x), non-causal (two einsums; at most 1.1x), a decoding
+  step (one token from a state; at most 1.3x), and flash-linear-attention's naive chunk where
+  ``fla`` is installed;
+* peak memory beyond the output at 64k (NumPy: tracemalloc; torch: the resident set, sampled
+  in a fresh process): at most 0.25x the output;
+* time against length, 4k to 256k tokens (torch): the slope of log time on log N, 1.0 +- 0.1;
+* softmax attention (``rotary.attention``, the quadratic baseline) against linear attention, 8
+  heads, up to 8k tokens.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ import numpy as np
 
 SECTION = "linear attention"
 HEADS, D = 8, 64
+#: Heads and lengths of the comparison with hand-written code.
+VS_HEADS = 4
+VS_N, VS_N_QUICK = 65536, 8192
 
 
 def _inputs(n: int, backend: str) -> tuple:
@@ -156,32 +164,6 @@ def compiled_memory(n: int = 16384) -> dict | None:
     return {"N": n, "MiB": extra, "output MiB": out_mib}
 
 
-def copy_floor(n: int, backend: str, reps: int = 3) -> float:
-    """Seconds of one pass copying q, k and v (the least any attention reads and writes)."""
-    q, k, v, _ = _inputs(n, backend)
-    if backend == "torch":
-        return _measure(lambda: (q.clone(), k.clone(), v.clone()), "torch", reps)[0]
-    return _measure(lambda: (q.copy(), k.copy(), v.copy()), "numpy-untraced", reps)[0]
-
-
-def paired_scaling(backend: str, lo: int, hi: int, rounds: int = 3, chunk: int | None = None) -> float:
-    """Median over ``rounds`` of time(hi) / time(lo), the two timed back to back in each round.
-
-    Pairing cancels load changes on a shared machine that are slower than one round.
-    """
-    a, b = _inputs(lo, backend), _inputs(hi, backend)
-    _linear(*a, chunk)
-    ratios = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        _linear(*a, chunk)
-        t1 = time.perf_counter()
-        _linear(*b, chunk)
-        t2 = time.perf_counter()
-        ratios.append((t2 - t1) / (t1 - t0))
-    return float(np.median(ratios))
-
-
 def summary(rows: list[dict], paired: dict | None = None) -> list[dict]:
     """Scaling ratios and speed-ups (``ok`` against the targets) per backend.
 
@@ -224,46 +206,30 @@ def summary(rows: list[dict], paired: dict | None = None) -> list[dict]:
     return out
 
 
-def markdown(rows: list[dict], checks: list[dict]) -> str:
-    """The README table."""
-    by = {(r["backend"], r["method"], r["N"]): r for r in rows}
-    backends = list(dict.fromkeys(r["backend"] for r in rows))
-    ns = sorted({r["N"] for r in rows})
-    lines = ["| N | " + " | ".join(f"{b} linear | {b} softmax" for b in backends) + " |"]
-    lines.append("|---:|" + "---:|---:|" * len(backends))
-    for n in ns:
-        cells = []
-        for b in backends:
-            for m in ("linear", "softmax"):
-                r = by.get((b, m, n))
-                if r is None or r["s"] is None:
-                    cells.append("skipped")
-                else:
-                    mem = "" if r["MiB"] is None else f" / {r['MiB']:.0f} MiB"
-                    cells.append(f"{r['s'] * 1e3:.0f} ms{mem}")
-        lines.append(f"| {n} | " + " | ".join(cells) + " |")
-    lines.append("")
-    for c in checks:
-        ok = {True: "yes", False: "NO", None: "-"}[c["ok"]]
-        lines.append(f"- {c['backend']}: {c['check']} = {c['value']:.2f} (target {c['target']}: {ok})")
-    return "\n".join(lines)
-
-
 def plot(rows: list[dict], path: str) -> None:
+    """Time against length from the suite's rows (``python3 -m benchmarks --json``): causal
+    linear attention (torch, 4 heads, to 256k) and the softmax comparison (8 heads)."""
+    import re
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    series: dict[str, list[tuple[int, float]]] = {}
+    for r in rows:
+        if r.get("section") != SECTION or not r.get("ms"):
+            continue
+        m = re.fullmatch(r"causal (linear|softmax)? ?N=(\d+)( \(4 heads\))?", r["case"])
+        if not m:
+            continue
+        label = f"{r['backend']} linear, 4 heads" if m.group(3) else f"{r['backend']} {m.group(1)}, 8 heads"
+        series.setdefault(label, []).append((int(m.group(2)), r["ms"] / 1e3))
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    styles = {"linear": "-o", "softmax": "--s"}
-    for b in dict.fromkeys(r["backend"] for r in rows):
-        for m in ("linear", "softmax"):
-            pts = sorted((r["N"], r["s"]) for r in rows if r["backend"] == b and r["method"] == m and r["s"])
-            if pts:
-                ax.loglog(*zip(*pts), styles[m], label=f"{b} {m}", base=2)
+    for label, pts in series.items():
+        ax.loglog(*zip(*sorted(pts), strict=True), "--s" if "softmax" in label else "-o", label=label, base=2)
     ax.set_xlabel("sequence length N")
-    ax.set_ylabel("seconds (causal, 8 heads, d=64, fp32)")
+    ax.set_ylabel("seconds (causal, d=64, fp32, one thread)")
     ax.set_title("RoPE linear attention vs softmax attention (CPU)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
@@ -313,71 +279,361 @@ def _rows_for_suite(rows: list[dict], checks: list[dict]) -> list[dict]:
     return out
 
 
-def floor_and_memory_rows(rows: list[dict], *, memory_n: int = 16384) -> list[dict]:
-    """The copy floor at the largest N of each backend (linear attention's ratio to it), and
-    the working memory of compiled causal linear attention (torch, ``dynamic=True``)."""
-    out = []
-    for b in dict.fromkeys(r["backend"] for r in rows):
-        lin = [r for r in rows if r["backend"] == b and r["method"] == "linear" and r["s"]]
-        if not lin:
-            continue
-        top = max(lin, key=lambda r: r["N"])
-        floor = copy_floor(top["N"], b)
-        case = f"copy q,k,v (floor) N={top['N']}"
-        out.append(
-            {
-                "section": SECTION,
-                "backend": b,
-                "case": case,
-                "ms": floor * 1e3,
-                "ratio": None,
-                "baseline": None,
-                "target": None,
-                "ok": None,
-            }
-        )
-        out.append(
-            {
-                "section": SECTION,
-                "backend": b,
-                "case": f"causal linear N={top['N']} vs floor",
-                "ms": None,
-                "ratio": top["s"] / floor,
-                "baseline": "copy q,k,v (floor)",
-                "target": None,
-                "ok": None,
-            }
-        )
-    if any(r["backend"] == "torch" for r in rows):
-        m = compiled_memory(memory_n)
-        if m is not None:
-            # O(N) memory: a fixed multiple of the output (softmax's N x N scores alone would be
-            # N / d = 256 times the output at 16k)
-            out.append(
-                {
-                    "section": SECTION,
-                    "backend": "torch.compile",
-                    "case": f"causal linear N={m['N']}: working memory {m['MiB']:.0f} MiB",
-                    "ms": None,
-                    "ratio": m["MiB"] / m["output MiB"],
-                    "baseline": f"output ({m['output MiB']:.0f} MiB)",
-                    "target": 8.0,
-                    "cmp": "<=",
-                    "ok": m["MiB"] <= 8.0 * m["output MiB"],
-                }
+def compiled_memory_rows() -> list[dict]:
+    """The working memory of compiled causal linear attention (torch, ``dynamic=True``: one graph
+    for every length, the whole sequence at once)."""
+    m = compiled_memory(16384)
+    if m is None:
+        return []
+    # O(N) memory: a fixed multiple of the output (softmax's N x N scores alone would be
+    # N / d = 256 times the output at 16k)
+    return [
+        {
+            "section": SECTION,
+            "backend": "torch.compile",
+            "case": f"causal linear N={m['N']}: working memory {m['MiB']:.0f} MiB",
+            "ms": None,
+            "ratio": m["MiB"] / m["output MiB"],
+            "baseline": f"output ({m['output MiB']:.0f} MiB)",
+            "target": 8.0,
+            "cmp": "<=",
+            "ok": m["MiB"] <= 8.0 * m["output MiB"],
+        }
+    ]
+
+
+def _row(
+    backend: str,
+    case: str,
+    ms: float | None,
+    ratio: float | None = None,
+    baseline: str | None = None,
+    target: float | None = None,
+    cmp: str = "<=",
+) -> dict:
+    ok = None
+    if target is not None and ratio is not None:
+        ok = ratio <= target if cmp == "<=" else ratio >= target
+    return {
+        "section": SECTION,
+        "backend": backend,
+        "case": case,
+        "ms": ms,
+        "ratio": ratio,
+        "baseline": baseline,
+        "target": target,
+        "cmp": cmp,
+        "ok": ok,
+    }
+
+
+def _vs_inputs(n: int, heads: int = VS_HEADS) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, heads, n, D), dtype=np.float32) * 0.5 for _ in range(3))
+    return q, k, v, np.arange(n)
+
+
+def _fla_chunk() -> Callable[..., Any] | None:
+    """flash-linear-attention's naive chunked form (``normalize=True``: it rotates nothing and
+    divides by ``q . cumsum(k)``), where ``fla`` is installed."""
+    try:
+        from fla.ops.linear_attn.naive import naive_chunk_linear_attn
+    except Exception:  # (not installed, or its import fails on this machine)
+        return None
+    return naive_chunk_linear_attn
+
+
+def _lib_cases(lib: str, n: int) -> dict[str, dict[str, Callable[[], Any]]] | None:
+    """``{"causal": {name: fn}, "noncausal": ..., "decode": ...}`` for one library, or ``None``."""
+    import rotary
+
+    from . import linear_hand as hand
+
+    qn, kn, vn, pn = _vs_inputs(n)
+    dq, dk, dv = (x[..., :1, :] for x in (qn, kn, vn))
+    st = rotary.linear_attention_state(kn[..., :256, :], vn[..., :256, :], pn[:256])
+    Sn, zn = np.asarray(st.S), np.asarray(st.z)
+    if lib == "numpy":
+        state = rotary.LinearAttentionState(Sn, zn, 256)
+        return {
+            "causal": {
+                "rotary": lambda: rotary.linear_attention(qn, kn, vn, pn, causal=True),
+                "hand-written": lambda: hand.numpy_causal(qn, kn, vn),
+            },
+            "noncausal": {
+                "rotary": lambda: rotary.linear_attention(qn, kn, vn, pn),
+                "hand-written": lambda: hand.numpy_noncausal(qn, kn, vn),
+            },
+            "decode": {
+                "rotary": lambda: rotary.linear_attention(
+                    dq, dk, dv, 256, causal=True, state=state, return_state=True
+                ),
+                "hand-written": lambda: hand.numpy_step(dq, dk, dv, Sn, zn, 256),
+            },
+        }
+    if lib == "torch":
+        try:
+            import torch
+        except ImportError:
+            return None
+        q, k, v, p = (torch.from_numpy(x) for x in (qn, kn, vn, pn))
+        tq, tk, tv = (torch.from_numpy(np.ascontiguousarray(x)) for x in (dq, dk, dv))
+        S, z = torch.from_numpy(Sn), torch.from_numpy(zn)
+        state_t = rotary.LinearAttentionState(S, z, 256)
+        cases = {
+            "causal": {
+                "rotary": lambda: rotary.linear_attention(q, k, v, p, causal=True),
+                "hand-written": lambda: hand.torch_causal(q, k, v),
+            },
+            "noncausal": {
+                "rotary": lambda: rotary.linear_attention(q, k, v, p),
+                "hand-written": lambda: hand.torch_noncausal(q, k, v),
+            },
+            "decode": {
+                "rotary": lambda: rotary.linear_attention(
+                    tq, tk, tv, 256, causal=True, state=state_t, return_state=True
+                ),
+                "hand-written": lambda: hand.torch_step(tq, tk, tv, S, z, 256),
+            },
+        }
+        fla = _fla_chunk()
+        if fla is not None:  # its layout is (batch, seq, heads, d); normalised, no RoPE
+            fq, fk, fv = (torch.nn.functional.elu(x).add(1).transpose(1, 2).contiguous() for x in (q, k, v))
+            cases["causal"]["fla naive chunk"] = lambda: fla(fq, fk, fv, scale=1.0, normalize=True)
+        return cases
+    if lib == "jax":
+        try:
+            import jax
+            import jax.numpy as jnp
+        except ImportError:
+            return None
+        q, k, v = (jnp.asarray(x) for x in (qn, kn, vn))
+        p = jnp.asarray(pn, dtype=jnp.int32)
+        jq, jk, jv = (jnp.asarray(x) for x in (dq, dk, dv))
+        S, z = jnp.asarray(Sn), jnp.asarray(zn)
+        pos = jnp.asarray(256, dtype=jnp.int32)
+        r_causal = jax.jit(lambda q, k, v, p: rotary.linear_attention(q, k, v, p, causal=True))
+        r_non = jax.jit(lambda q, k, v, p: rotary.linear_attention(q, k, v, p))
+
+        def r_step(q: Any, k: Any, v: Any, S: Any, z: Any, p: Any) -> Any:
+            o, st = rotary.linear_attention(
+                q, k, v, p[None], causal=True, state=rotary.LinearAttentionState(S, z, 0), return_state=True
             )
-    return out
+            return o, st.S, st.z
+
+        r_step_j = jax.jit(r_step)
+        h_causal, h_non, h_step = (
+            jax.jit(hand.jax_causal),
+            jax.jit(hand.jax_noncausal),
+            jax.jit(hand.jax_step),
+        )
+
+        def ready(f: Callable[..., Any], *a: Any) -> Callable[[], Any]:
+            return lambda: jax.block_until_ready(f(*a))
+
+        return {
+            "causal": {"rotary": ready(r_causal, q, k, v, p), "hand-written": ready(h_causal, q, k, v)},
+            "noncausal": {"rotary": ready(r_non, q, k, v, p), "hand-written": ready(h_non, q, k, v)},
+            "decode": {
+                "rotary": ready(r_step_j, jq, jk, jv, S, z, pos),
+                "hand-written": ready(h_step, jq, jk, jv, S, z, pos),
+            },
+        }
+    raise ValueError(lib)
 
 
-def quick_run() -> list[dict]:
-    """Entry point for ``python3 -m benchmarks``: the ``--quick`` sizes."""
-    rows = run(quick=True, verbose=False)
-    return _rows_for_suite(rows, summary(rows)) + floor_and_memory_rows(rows)
+#: Targets of rotary against the hand-written code (time ratio, at most).
+VS_TARGETS = {"causal": 1.1, "noncausal": 1.1, "decode": 1.3}
+
+
+def versus(libs: tuple[str, ...], *, quick: bool, verbose: bool = True) -> list[dict]:
+    """rotary against the hand-written code of each library, side by side (interleaved rounds)."""
+    from ._timing import compare
+
+    n = VS_N_QUICK if quick else VS_N
+    rows = []
+    label = {"numpy": "numpy", "torch": "torch", "jax": "jax.jit"}
+    for lib in libs:
+        cases = _lib_cases(lib, n)
+        if cases is None:
+            continue
+        for kind, fns in cases.items():
+            decode = kind == "decode"
+            reps = (15 if quick else 25) if decode else (2 if quick else 3)
+            t = compare(fns, reps=reps, warmup=1 if not decode else 3, inner=200 if decode else 1)
+            what = "decoding step (1 token)" if decode else f"{kind} N={n}"
+            for name in fns:
+                if name == "hand-written":
+                    rows.append(_row(label[lib], f"{what}: hand-written", t[name] * 1e3))
+                    continue
+                tgt = VS_TARGETS[kind] if name == "rotary" else None
+                ratio = t.ratio(name, "hand-written")
+                rows.append(_row(label[lib], f"{what}: {name}", t[name] * 1e3, ratio, "hand-written", tgt))
+            if verbose:
+                print(
+                    f"{label[lib]:8} {what:28} " + "  ".join(f"{k} {t[k] * 1e3:9.3f} ms" for k in fns),
+                    flush=True,
+                )
+    return rows
+
+
+# -- memory beyond the output ----------------------------------------------------------------------
+_PEAK_SCRIPT = """
+import ctypes, os, threading, time, tracemalloc, numpy as np
+lib, n, h, d = {lib!r}, {n}, {h}, {d}
+if lib == "torch":
+    import torch
+    torch.set_num_threads(1)
+import rotary
+g = np.random.default_rng(0)
+q, k, v = (g.standard_normal((1, h, n, d), dtype=np.float32) for _ in range(3))
+p = np.arange(n)
+if lib == "torch":
+    q, k, v, p = (torch.from_numpy(x) for x in (q, k, v, p))
+rotary.linear_attention(q[..., :1024, :], k[..., :1024, :], v[..., :1024, :], p[:1024], causal=True)
+rotary.linear_attention(q, k, v, p, causal=True)  # (warm: the position table is state, kept)
+out_bytes = n * h * d * 4
+if lib == "numpy":
+    tracemalloc.start()
+    out = rotary.linear_attention(q, k, v, p, causal=True)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+else:
+    def rss():
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    samples, done = [rss()], threading.Event()
+    def sample():
+        while not done.is_set():
+            samples.append(rss())
+            time.sleep(0.0005)
+    t = threading.Thread(target=sample)
+    base = samples[0]
+    t.start()
+    out = rotary.linear_attention(q, k, v, p, causal=True)
+    done.set()
+    t.join()
+    peak = max(samples) - base
+print((peak - out_bytes) / 2**20, out_bytes / 2**20)
+"""
+
+
+def peak_memory(lib: str, n: int, heads: int = VS_HEADS) -> tuple[float, float] | None:
+    """``(MiB beyond the output, output MiB)`` of causal linear attention at ``n`` tokens, in a
+    fresh process (NumPy: tracemalloc's peak; torch: the growth of the resident set)."""
+    import subprocess
+    import sys
+
+    code = _PEAK_SCRIPT.format(lib=lib, n=n, h=heads, d=D)
+    try:
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return None
+    if res.returncode != 0:
+        return None
+    extra, out = (float(x) for x in res.stdout.split()[-2:])
+    return extra, out
+
+
+def memory_rows(libs: tuple[str, ...], *, quick: bool) -> list[dict]:
+    n = VS_N_QUICK if quick else VS_N
+    rows = []
+    for lib in libs:
+        if lib == "jax":
+            continue
+        m = peak_memory(lib, n)
+        if m is None:
+            continue
+        extra, out = m
+        how = "tracemalloc" if lib == "numpy" else "resident set"
+        rows.append(
+            _row(
+                lib,
+                f"causal N={n}: peak memory beyond the output {extra:.1f} MiB ({how})",
+                None,
+                extra / out,
+                f"output ({out:.0f} MiB)",
+                0.25,
+            )
+        )
+    return rows
+
+
+# -- time against length ------------------------------------------------------------------------------
+SLOPE_SIZES, SLOPE_SIZES_QUICK = (4096, 16384, 65536, 262144), (1024, 4096, 16384)
+
+
+def slope_rows(*, quick: bool, verbose: bool = True) -> list[dict]:
+    """torch causal linear attention at 4k .. 256k tokens: times and the log-log slope."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    import rotary
+
+    sizes = SLOPE_SIZES_QUICK if quick else SLOPE_SIZES
+    rows, times = [], []
+    for n in sizes:
+        q, k, v, p = (torch.from_numpy(x) for x in _vs_inputs(n))
+        rotary.linear_attention(q, k, v, p, causal=True)
+        best = min(
+            _timed(lambda q=q, k=k, v=v, p=p: rotary.linear_attention(q, k, v, p, causal=True))
+            for _ in range(3)
+        )
+        times.append(best)
+        rows.append(_row("torch", f"causal N={n} (4 heads)", best * 1e3))
+        if verbose:
+            print(f"torch    causal N={n:7d} {best * 1e3:10.1f} ms", flush=True)
+    slope = float(np.polyfit(np.log(sizes), np.log(times), 1)[0])
+    lo, hi = sizes[0] // 1024, sizes[-1] // 1024
+    rows.append(
+        _row(
+            "torch",
+            f"|slope - 1| of log time on log N, {lo}k..{hi}k (slope {slope:.3f})",
+            None,
+            abs(slope - 1.0),
+            "linear in N",
+            0.1,
+        )
+    )
+    return rows
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def suite_rows(quick: bool, *, verbose: bool = False) -> list[dict]:
+    """Every row of this benchmark, as ``python3 -m benchmarks`` records them."""
+    libs = ("torch", "numpy", "jax")
+    rows = versus(libs, quick=quick, verbose=verbose)
+    rows += memory_rows(libs, quick=quick)
+    rows += slope_rows(quick=quick, verbose=verbose)
+    soft = run(
+        quick=True,
+        backends=("torch",),
+        sizes=(1024, 2048, 4096) if quick else (1024, 2048, 4096, 8192),
+        softmax_max=4096 if quick else 8192,
+        verbose=verbose,
+    )
+    rows += _rows_for_suite(soft, summary(soft))
+    return rows + compiled_memory_rows()
+
+
+def quick_run(quick: bool = True) -> list[dict]:
+    """Entry point for ``python3 -m benchmarks`` (``quick``: 8k instead of 64k tokens)."""
+    return suite_rows(quick)
 
 
 def _set_threads(n: int) -> None:
     if n <= 0:
         return
+    if n == 1:  # (before JAX is imported)
+        flags = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false").strip()
     try:
         import torch
 
@@ -393,42 +649,43 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
-    p.add_argument("--quick", action="store_true", help="N up to 8k, softmax up to 4k")
+    p.add_argument("--quick", action="store_true", help="8k tokens instead of 64k, scaling to 16k")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0: leave as is)")
-    p.add_argument("--chunk", type=int, default=None, help="chunk_size (default: rotary's)")
-    p.add_argument("--softmax-max", type=int, default=None, help="largest N for softmax attention")
-    p.add_argument("--backends", default="numpy,torch", help="comma-separated: numpy, torch (default: both)")
-    p.add_argument("--plot", default=None, help="save the scaling plot here (PNG)")
+    p.add_argument(
+        "--backends", default="torch,numpy,jax", help="comma-separated: numpy, torch, jax (default: all)"
+    )
     p.add_argument("--json", default=None, help="save the rows here")
+    p.add_argument(
+        "--plot", default=None, help="save the scaling plot here (PNG), from this run's rows or --from's"
+    )
+    p.add_argument("--from", dest="source", default=None, help="plot the rows of this JSON file (no run)")
     a = p.parse_args(argv)
+    if a.source:
+        if not a.plot:
+            p.error("--from needs --plot")
+        with open(a.source) as f:
+            plot(json.load(f)["rows"], a.plot)
+        return 0
     backends = tuple(b.strip() for b in a.backends.split(",") if b.strip())
-    unknown = [b for b in backends if b not in ("numpy", "torch")]
+    unknown = [b for b in backends if b not in ("numpy", "torch", "jax")]
     if unknown or not backends:
         bad = ", ".join(map(repr, unknown)) or repr(a.backends)
-        p.error(f"unknown backend {bad}; choose from: numpy, torch")
+        p.error(f"unknown backend {bad}; choose from: numpy, torch, jax")
     _set_threads(a.threads)
     t0 = time.perf_counter()
-    rows = run(
-        quick=a.quick,
-        backends=backends,
-        softmax_max=a.softmax_max,
-        chunk=a.chunk,
-    )
-    paired = {}
-    for b in dict.fromkeys(r["backend"] for r in rows):
-        ns = sorted(r["N"] for r in rows if r["backend"] == b and r["method"] == "linear")
-        if ns and ns[-1] // 8 in ns:
-            paired[b] = paired_scaling(b, ns[-1] // 8, ns[-1], chunk=a.chunk)
-            print(f"{b:6} paired time({ns[-1]}) / time({ns[-1] // 8}) = {paired[b]:.2f}", flush=True)
-    checks = summary(rows, paired)
+    rows = versus(backends, quick=a.quick) + memory_rows(backends, quick=a.quick)
+    if "torch" in backends:
+        rows += slope_rows(quick=a.quick)
+    from .__main__ import print_table
+
     print()
-    print(markdown(rows, checks))
+    print_table(rows)
     print(f"\n(total {time.perf_counter() - t0:.0f} s; load average {os.getloadavg()[0]:.1f} at the end)")
     if a.plot:
         plot(rows, a.plot)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"rows": rows, "checks": checks}, f, indent=1)
+            json.dump({"rows": rows}, f, indent=1)
     return 0
 
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from docutils import nodes
-from docutils.parsers.rst import Directive
+from docutils.parsers.rst import Directive, directives
 from docutils.statemachine import StringList
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +53,7 @@ class BenchmarkTable(Directive):
     as a table, so the figures in the docs are those of the file, not a copy."""
 
     required_arguments = 1
+    option_spec = {"section": directives.unchanged}  # noqa: RUF012 (docutils' own attribute)
 
     def run(self) -> list[nodes.Node]:
         path = (Path(self.state.document.current_source).parent / self.arguments[0]).resolve()
@@ -72,8 +73,11 @@ class BenchmarkTable(Directive):
             "     - x floor",
             "     - floor target",
         ]
+        section = self.options.get("section")
         for r in data["rows"]:
             if "ms" not in r:  # a section that did not run
+                continue
+            if section is not None and r["section"] != section:
                 continue
             verdict = {True: " met", False: " **missed**", None: ""}[r.get("ok")]
             target = "" if r.get("target") is None else f"{r.get('cmp', '<=')} {r['target']:g}"

@@ -290,6 +290,7 @@ class _Call(NamedTuple):
     part: int
     groups: int
     nonneg: bool
+    sized: bool = True  # sizes are plain ints (not symbolic ones that look like ints)
 
 
 def _state_arrays(
@@ -560,6 +561,7 @@ def linear_attention_state(
     plan, nonneg = _plan(feature_map, similarity, 0.0, normalize, k, None, be)
     kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
     F = _width(plan, k, xp)
+    _check_even(pos, rope, F)
     r = default_rope(be, rope, pos, F)
     _check_static(r)
     _check_rope_positions(be, r, pos, None, None, k)
@@ -569,7 +571,7 @@ def linear_attention_state(
     g = _gates(decay, log_gate, k, kv_lead, plan.cdt, be)
     n = k.shape[-2]
     size, part = _sizes(None, n, be)
-    call = _Call(plan, r, True, size, part, 1, nonneg)
+    call = _Call(plan, r, True, size, part, 1, nonneg, not be.sizes_symbolic())
     parts = _Parts(call, be, dev, rng, rng, mask)
     axis = r.seq_axis if isinstance(r, Rotary) else -1
     src = _linear.Source((k, v, p, mask, g), (-2, -2, axis, -1, -1))
@@ -580,7 +582,7 @@ def linear_attention_state(
         kb, vb, pb, mb, gb = s.arrays
         b, e, vc = parts.keys(kb, vb, pb, mb)
         marks = _linear.Marks(_tokens(gb, b.shape[-2], xp), None)
-        return _linear.absorb(carry, _linear.Chunk(None, None, b, e, vc), marks, xp), None
+        return _linear.absorb(carry, _linear.Chunk(None, None, b, e, vc), marks, xp, be.cumsum), None
 
     carry, _ = be.scan(body, None, src, n=n, block=part, additive=g is None)
     if carry is None:  # no keys
@@ -602,6 +604,11 @@ def _total(g: Array, n: Any, xp: Namespace) -> Array:
     if g.shape[-1] == 1 and n != 1:
         return g[..., 0] * float(n)
     return xp.sum(g, axis=-1)
+
+
+def _check_even(pos: Any, rope: Any, width: int) -> None:
+    if pos is not None and rope is None and width % 2:
+        raise ValueError(f"feature_map gives {width} features; RoPE rotates them in pairs (an even number)")
 
 
 def _check_static(r: Any) -> None:
@@ -953,6 +960,7 @@ def _check_call(
     sdt = state[0].dtype if isinstance(state, tuple) and len(state) in (3, 4) and is_array(state[0]) else None
     plan, nonneg = _plan(feature_map, similarity, eps, normalize, k, sdt, be)
     F = _width(plan, k, xp)
+    _check_even(pos, rope, F)
     r = default_rope(be, rope, pos, F, k_pos)
     _check_static(r)
     _check_rope_positions(be, r, pos, k_pos, q, k)
@@ -968,7 +976,7 @@ def _check_call(
         want_z = (*kv_lead, Fs) if plan.normalize else None
         _state_arrays(state, xp, (*kv_lead, Fs, v.shape[-1]), want_z)
     size, part = _sizes(chunk_size, n, be)
-    call = _Call(plan, r, causal, size, part, groups, nonneg)
+    call = _Call(plan, r, causal, size, part, groups, nonneg, not be.sizes_symbolic())
     decode = None
     if (
         causal
@@ -1101,7 +1109,7 @@ def _attend(
             a, c, b, e, vc = parts.both(qb, kb, vb, pb, mb)
             t = b.shape[-2]
             ch, marks = parts.group(_linear.Chunk(a, c, b, e, vc), _linear.Marks(_tokens(gb, t, xp), None))
-            return _causal_part(call, ch, marks, carry, xp, dev, out_dtype)
+            return _causal_part(call, ch, marks, carry, xp, dev, out_dtype, be.cumsum)
 
         carry, out = be.scan(body, init, src, n=n, block=part, additive=g is None)
         assert out is not None
@@ -1117,7 +1125,7 @@ def _attend(
         kb, vb, kpb, mb = s.arrays
         b, e, vc = parts.keys(kb, vb, kpb, mb)
         ch, _ = parts.group(_linear.Chunk(None, None, b, e, vc), _linear.NO_MARKS)
-        return _linear.absorb(carry, ch, _linear.NO_MARKS, xp), None
+        return _linear.absorb(carry, ch, _linear.NO_MARKS, xp, be.cumsum), None
 
     carry, _ = be.scan(absorb, init, ksrc, n=m, block=part, additive=True)
     if carry is None:
@@ -1155,18 +1163,22 @@ def _causal_part(
     xp: Namespace,
     dev: Device,
     out_dtype: DType,
+    cumsum: _linear.CumSum | None = None,
     **kw: Any,
 ) -> tuple[_linear.Carry, Any]:
     """One part of causal attention: padded to whole chunks, then all its chunks at once."""
     t = ch.b.shape[-2]
-    size = call.size if t is not None else 1
-    if t is None:  # a symbolic length (ndonnx): chunks of one token, by a new axis (no padding)
-        raise NotImplementedError  # pragma: no cover (handled by the caller)
-    size = min(size, t) if t else size
-    if t == 0:
+    known = call.sized and isinstance(t, int)  # (else symbolic: torch.compile, jax.export, ndonnx)
+    size = min(call.size, t) if known and t else call.size
+    if t is None:  # an unknown length (ndonnx): chunks of one token, by a new axis (no padding)
+        out, after = _linear.block_causal(
+            ch, marks, carry, 1, call.plan, xp, dev, out_dtype, cumsum=cumsum, **kw
+        )
+        return after, out
+    if known and t == 0:
         o = xp.zeros((*_out_lead(ch), 0, ch.v.shape[-1]), dtype=out_dtype, device=dev)
         return (carry if carry is not None else _linear.Carry(*_empty_state(ch, xp), None)), o
-    if t == 1 and not kw:  # a decoding step: a few small kernels
+    if known and t == 1 and not kw:  # a decoding step: a few small kernels
         if carry is None:
             carry = _linear.Carry(*_empty_state(ch, xp), None)
             carry = _linear.Carry(carry.S * 0, None if carry.z is None else carry.z * 0, None)
@@ -1174,9 +1186,11 @@ def _causal_part(
             carry = _linear.Carry(carry.S, carry.z, marks.doc[..., 0])
         o, after = _linear.step(ch, marks, carry, call.plan, xp)
         return after, (o if o.dtype == out_dtype else xp.astype(o, out_dtype))
-    padded, pmarks, real = _linear.pad_part(ch, marks, size, xp)
-    out, after = _linear.block_causal(padded, pmarks, carry, size, call.plan, xp, dev, out_dtype, **kw)
-    if real != padded.b.shape[-2]:
+    padded, pmarks, real, m = _linear.pad_part(ch, marks, size, xp, known)
+    out, after = _linear.block_causal(
+        padded, pmarks, carry, size, call.plan, xp, dev, out_dtype, chunks=m, sized=known, cumsum=cumsum, **kw
+    )
+    if not (known and real == padded.b.shape[-2]):
         if isinstance(out, tuple):
             out = (out[0][..., :real, :], None if out[1] is None else out[1][..., :real])
         else:
@@ -1226,7 +1240,9 @@ def _bidirectional(
             qb, kb, vb, pb, mb, gb = s.arrays
             a, cq, b, e, vc = parts.both(qb, kb, vb, pb, mb)
             ch, marks = parts.group(_linear.Chunk(a, cq, b, e, vc), _linear.Marks(gb, None))
-            c, (num, den) = _causal_part(call, ch, marks, c, xp, dev, None, strict=strict, divided=False)
+            c, (num, den) = _causal_part(
+                call, ch, marks, c, xp, dev, None, be.cumsum, strict=strict, divided=False
+            )
             return c, num if den is None else xp.concat([num, den[..., None]], axis=-1)
 
         carry, out = be.scan(body, carry, src, n=n, block=call.part)

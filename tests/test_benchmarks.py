@@ -21,7 +21,7 @@ def test_unknown_backend_is_rejected_with_the_choices(capsys):
     with pytest.raises(SystemExit) as exc:
         la.main(["--backends", "numpy,bogus"])
     assert exc.value.code == 2
-    assert "unknown backend 'bogus'; choose from: numpy, torch" in capsys.readouterr().err
+    assert "unknown backend 'bogus'; choose from: numpy, torch, jax" in capsys.readouterr().err
 
 
 def _rows(n_softmax: int) -> list[dict]:

@@ -86,8 +86,15 @@ def test_decay_and_gates_match_the_quadratic_form(backend, rng, kind, causal, no
     decay, lg, g = _gates(kind, rng, (2, 3, 23, 8), backend, "float32")
     pos = np.arange(23) + 5
     out = rotary.linear_attention(
-        q, k, v, backend.asarray(pos, _int(backend)), causal=causal, chunk_size=4,
-        decay=decay, log_gate=lg, normalize=normalize,
+        q,
+        k,
+        v,
+        backend.asarray(pos, _int(backend)),
+        causal=causal,
+        chunk_size=4,
+        decay=decay,
+        log_gate=lg,
+        normalize=normalize,
     )
     ref, scale = oracle(qn, kn, vn, pos, causal=causal, log_gates=g, normalize=normalize)
     assert_close(out, ref, like=q, scale=scale, ulps=64)
@@ -117,22 +124,29 @@ def test_decoding_states_and_combine_with_gates(backend, rng, normalize):
     decay, lg, g = _gates("both", rng, shape, backend, "float32")
     pos = backend.asarray(np.arange(19), _int(backend))
     kw = {"decay": decay, "normalize": normalize}
-    whole, st_whole = rotary.linear_attention(
-        q, k, v, pos, causal=True, log_gate=lg, return_state=True, **kw
-    )
+    whole, st_whole = rotary.linear_attention(q, k, v, pos, causal=True, log_gate=lg, return_state=True, **kw)
     ref, scale = oracle(qn, kn, vn, np.arange(19), causal=True, log_gates=g, normalize=normalize)
     assert_close(whole, ref, like=q, scale=scale, ulps=64)
     # pieces of 7, 1 and 11 tokens carrying the state
     outs, state = [], None
     for lo, hi in ((0, 7), (7, 8), (8, 19)):
         o, state = rotary.linear_attention(
-            q[..., lo:hi, :], k[..., lo:hi, :], v[..., lo:hi, :], pos[lo:hi], causal=True,
-            log_gate=lg[..., lo:hi], state=state, return_state=True, **kw,
+            q[..., lo:hi, :],
+            k[..., lo:hi, :],
+            v[..., lo:hi, :],
+            pos[lo:hi],
+            causal=True,
+            log_gate=lg[..., lo:hi],
+            state=state,
+            return_state=True,
+            **kw,
         )
         outs.append(to_numpy(o))
     assert_close(np.concatenate(outs, axis=-2), to_numpy(whole), dtype="float32", scale=scale, ulps=64)
     assert state.offset == 19
-    assert_close(state.S, to_numpy(st_whole.S), dtype="float32", ulps=64, scale=np.abs(to_numpy(st_whole.S)) + 1)
+    assert_close(
+        state.S, to_numpy(st_whole.S), dtype="float32", ulps=64, scale=np.abs(to_numpy(st_whole.S)) + 1
+    )
     # the states of the pieces, combined in order, are the state of the whole
     parts = [
         rotary.linear_attention_state(
@@ -141,23 +155,41 @@ def test_decoding_states_and_combine_with_gates(backend, rng, normalize):
         for lo, hi in ((0, 7), (7, 8), (8, 19))
     ]
     total = rotary.combine(*parts)
-    assert_close(total.S, to_numpy(st_whole.S), dtype="float32", ulps=64, scale=np.abs(to_numpy(st_whole.S)) + 1)
+    assert_close(
+        total.S, to_numpy(st_whole.S), dtype="float32", ulps=64, scale=np.abs(to_numpy(st_whole.S)) + 1
+    )
     assert_close(total.log_decay, to_numpy(st_whole.log_decay), dtype="float32", ulps=64, scale=19.0)
     if normalize:
-        assert_close(total.z, to_numpy(st_whole.z), dtype="float32", ulps=64, scale=np.abs(to_numpy(st_whole.z)) + 1)
+        assert_close(
+            total.z, to_numpy(st_whole.z), dtype="float32", ulps=64, scale=np.abs(to_numpy(st_whole.z)) + 1
+        )
     else:
         assert total.z is None and st_whole.z is None
     # the oracle: the first piece's state as earlier keys of the rest
-    S0, z0 = (to_numpy(t).astype(np.float64) for t in (parts[0].S, parts[0].z)) if normalize else (
-        to_numpy(parts[0].S).astype(np.float64), None
+    S0, z0 = (
+        (to_numpy(t).astype(np.float64) for t in (parts[0].S, parts[0].z))
+        if normalize
+        else (to_numpy(parts[0].S).astype(np.float64), None)
     )
     rest, rscale = oracle(
-        qn[..., 7:, :], kn[..., 7:, :], vn[..., 7:, :], np.arange(7, 19), causal=True,
-        log_gates=g[..., 7:], normalize=normalize, state=(S0, z0),
+        qn[..., 7:, :],
+        kn[..., 7:, :],
+        vn[..., 7:, :],
+        np.arange(7, 19),
+        causal=True,
+        log_gates=g[..., 7:],
+        normalize=normalize,
+        state=(S0, z0),
     )
     o = rotary.linear_attention(
-        q[..., 7:, :], k[..., 7:, :], v[..., 7:, :], pos[7:], causal=True, log_gate=lg[..., 7:],
-        state=parts[0], **kw,
+        q[..., 7:, :],
+        k[..., 7:, :],
+        v[..., 7:, :],
+        pos[7:],
+        causal=True,
+        log_gate=lg[..., 7:],
+        state=parts[0],
+        **kw,
     )
     assert_close(o, rest, like=q, scale=rscale, ulps=64)
 
@@ -230,7 +262,9 @@ def test_long_strong_decay_is_stable(backend):
     out = to_numpy(rotary.linear_attention(q, k, v, None, causal=True, log_gate=lg))
     assert np.isfinite(out).all()
     # with exp(-5) per step, a query sees its own key and (1e-2 of) the previous ones
-    tail, scale = oracle(qn[:, -40:], kn[:, -40:], vn[:, -40:], None, causal=True, log_gates=np.full((1, 40), -5.0))
+    tail, scale = oracle(
+        qn[:, -40:], kn[:, -40:], vn[:, -40:], None, causal=True, log_gates=np.full((1, 40), -5.0)
+    )
     assert_close(out[:, -20:], tail[:, -20:], dtype="float32", scale=scale[:, -20:], ulps=64)
 
 
@@ -251,8 +285,14 @@ def test_gate_errors(backend, rng):
     with pytest.raises(ValueError, match="log_gate of shape"):
         la(q, k, v, None, causal=True, log_gate=backend.asarray(np.zeros((2, 3, 5)), "float32"))
     with pytest.raises(ValueError, match="one sequence"):
-        la(q, k, v, backend.asarray(np.arange(6), _int(backend)),
-           k_pos=backend.asarray(np.arange(6), _int(backend)), decay=0.9)
+        la(
+            q,
+            k,
+            v,
+            backend.asarray(np.arange(6), _int(backend)),
+            k_pos=backend.asarray(np.arange(6), _int(backend)),
+            decay=0.9,
+        )
     with pytest.raises(ValueError, match="feature_map='identity'"):
         la(q, k, v, None, feature_map="identity")
     la(q, k, v, None, feature_map="identity", normalize=False)  # no denominator: any sign is fine
@@ -276,13 +316,23 @@ def test_gated_pieces_property(cuts, chunk, gamma):
     n = sum(cuts)
     q, k, v = (rng.normal(size=(2, n, 4)) for _ in range(3))
     lg = np.log(rng.uniform(0.2, 1.0, size=(2, n)))
-    whole = rotary.linear_attention(q, k, v, np.arange(n), causal=True, decay=gamma, log_gate=lg, chunk_size=chunk)
+    whole = rotary.linear_attention(
+        q, k, v, np.arange(n), causal=True, decay=gamma, log_gate=lg, chunk_size=chunk
+    )
     outs, state, lo = [], None, 0
     for c in cuts:
         hi = lo + c
         o, state = rotary.linear_attention(
-            q[:, lo:hi], k[:, lo:hi], v[:, lo:hi], np.arange(lo, hi), causal=True, decay=gamma,
-            log_gate=lg[:, lo:hi], chunk_size=chunk, state=state, return_state=True,
+            q[:, lo:hi],
+            k[:, lo:hi],
+            v[:, lo:hi],
+            np.arange(lo, hi),
+            causal=True,
+            decay=gamma,
+            log_gate=lg[:, lo:hi],
+            chunk_size=chunk,
+            state=state,
+            return_state=True,
         )
         outs.append(o)
         lo = hi

@@ -175,6 +175,11 @@ class Backend:
         for the cache from traced operations."""
         return False
 
+    def sizes_symbolic(self) -> bool:
+        """Sizes may be symbolic while they look like Python ints (``torch.compile``): a size
+        may then be compared only where a guard on it is wanted."""
+        return False
+
     def host_values(self, x: Array) -> np.ndarray:
         """A host NumPy view or copy of concrete ``x``."""
         return to_numpy(x)
@@ -433,6 +438,10 @@ class Backend:
         devices checked) by ``config``'s exact angles, computing the same bits; it returns
         ``None`` for values it does not cover.  ``None``: no shortcut (the generic steps are it)."""
         return None
+
+    def cumsum(self, x: Array, axis: int) -> Array:
+        """The cumulative sum along ``axis`` (a library's own where the namespace's wraps it)."""
+        return self.xp.cumulative_sum(x, axis=axis)
 
     def linear_step(self, feature_map: str, eps: float) -> Callable[..., tuple[Array, ...] | None] | None:
         """A shortcut for decoding steps of linear attention (see the torch backend's), or

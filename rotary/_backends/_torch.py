@@ -476,6 +476,9 @@ class TorchBackend(Backend):
     def tracing(self) -> bool:
         return bool(torch.compiler.is_compiling() or _jit_tracing() is not None)
 
+    def sizes_symbolic(self) -> bool:
+        return bool(torch.compiler.is_compiling())
+
     def host_values(self, x: Array) -> Any:
         # (outside torch.func transforms: there detach() would wrap the tensor, and a wrapped
         # tensor has no storage to read)
@@ -783,6 +786,9 @@ class TorchBackend(Backend):
 
     def _loop_free(self, n: Any) -> bool:
         return bool(torch.compiler.is_compiling())
+
+    def cumsum(self, x: Array, axis: int) -> Array:
+        return torch.cumsum(x, dim=axis)
 
 
 TORCH = TorchBackend(torch_xp)  # the one instance (see ``backend_for``)

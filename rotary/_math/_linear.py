@@ -124,6 +124,16 @@ class Marks(NamedTuple):
 
 NO_MARKS = Marks(None, None)
 
+#: ``cumsum(x, axis)``: a library's own cumulative sum where the namespace's is a wrapper a
+#: tracer should not see (array-api-compat's torch one looks up the namespace, lru-cached).
+CumSum = Callable[[Array, int], Array]
+
+
+def _cumsum(xp: Namespace, cumsum: CumSum | None) -> CumSum:
+    if cumsum is not None:
+        return cumsum
+    return lambda x, axis: xp.cumulative_sum(x, axis=axis)
+
 
 def features(x: Array, plan: Plan, xp: Namespace) -> Array:
     """``phi(x)`` in the compute dtype; unit vectors for ``"cosine"`` (zero vectors stay zero)."""
@@ -179,7 +189,9 @@ def divide(num: Array, den: Array | None, plan: Plan, xp: Namespace) -> Array:
     return num / safe[..., None]
 
 
-def block_state(ch: Chunk, marks: Marks, xp: Namespace) -> tuple[State, Array | None]:
+def block_state(
+    ch: Chunk, marks: Marks, xp: Namespace, cumsum: CumSum | None = None
+) -> tuple[State, Array | None]:
     """The state of the keys of ``ch`` at its end (keys of its last document only), and the
     block's total log-decay (``None`` without gates; ``-inf``-free: a block that holds a
     document boundary is marked by its documents, not by the decay)."""
@@ -190,7 +202,7 @@ def block_state(ch: Chunk, marks: Marks, xp: Namespace) -> tuple[State, Array | 
     w = None
     total = None
     if g is not None:
-        ell = xp.cumulative_sum(g, axis=-1)
+        ell = _cumsum(xp, cumsum)(g, -1)
         total = ell[..., -1]
         w = xp.exp(ell[..., -1:] - ell)
     if doc is not None:
@@ -268,7 +280,7 @@ def _stack_states(first: Array, chunks: Array, axis: int, xp: Namespace) -> Arra
     return xp.concat([first, chunks], axis=axis)
 
 
-def _range_sums(lam: Array, xp: Namespace, device: Device) -> Array:
+def _range_sums(lam: Array, xp: Namespace, device: Device, cumsum: CumSum) -> Array:
     """``(..., m + 1, m + 1)``: ``[t, s] = lam[s] + ... + lam[t - 1]`` (0 where ``s >= t``), each a
     sum of exactly those terms (a reverse cumulative sum of the masked totals: no difference
     of long sums, so no cancellation)."""
@@ -276,7 +288,7 @@ def _range_sums(lam: Array, xp: Namespace, device: Device) -> Array:
     t = xp.arange(m + 1, device=device)
     c = xp.arange(m, device=device)
     masked = lam[..., None, :] * xp.astype(c[None, :] < t[:, None], lam.dtype)  # (..., m + 1, m)
-    rev = xp.flip(xp.cumulative_sum(xp.flip(masked, axis=-1), axis=-1), axis=-1)
+    rev = xp.flip(cumsum(xp.flip(masked, axis=-1), -1), axis=-1)
     return xp.concat([rev, xp.zeros_like(rev[..., :1])], axis=-1)
 
 
@@ -292,28 +304,43 @@ def block_causal(
     *,
     strict: bool = False,
     divided: bool = True,
+    chunks: Any = None,
+    sized: bool = True,
+    cumsum: CumSum | None = None,
 ) -> tuple[Any, Carry]:
     """Causal outputs of a block of ``T = m * size`` tokens (``ch``: sequence axis -2, a
     multiple of ``size``; ``marks``: axis -1) from ``carry`` (``None``: no earlier keys), and the
     carry after it.  All ``m`` chunks at once.  ``strict``: a query does not see its own key.
     ``divided=False``: the numerator and denominator (``None`` unnormalised) instead of their
-    ratio."""
+    ratio.  ``chunks``: ``m`` where the caller knows it in a form a tracer can reason about;
+    ``sized``: sizes are plain ints (else symbolic: no size is compared); ``cumsum``: the
+    library's cumulative sum (default the namespace's)."""
+    cs = _cumsum(xp, cumsum)
     assert ch.a is not None
     T = ch.a.shape[-2]
-    m = T // size
     cdt = ch.b.dtype
-    a, c, b, e, v = (_split(t, m, size, xp) for t in ch)
+    plain = marks.g is None and marks.doc is None
+    if T is None:  # an unknown length (ndonnx): chunks of one token, by a new axis
+        if not plain:
+            raise NotImplementedError(
+                "decay, gates and documents need a known sequence length (this library's axis has none)"
+            )
+        m = None
+        a, c, b, e, v = (None if t is None else xp.expand_dims(t, axis=-2) for t in ch)
+        size = 1
+    else:
+        m = T // size if chunks is None else chunks
+        a, c, b, e, v = (_split(t, m, size, xp) for t in ch)
     assert a is not None and b is not None and v is not None
     g = _split_marks(marks.g, m, size, xp)
     doc = _split_marks(marks.doc, m, size, xp)
-    plain = g is None and doc is None
     tri = _tri(size, xp, device, cdt, strict)
     # -- weights inside a chunk: D_ij, of each chunk's keys at its end: wend_j ---------------
     D: Array = tri
     wend = None
     ell = None
     if g is not None:
-        ell = xp.cumulative_sum(g, axis=-1)  # (..., m, C), from the chunk's start, inclusive
+        ell = cs(g, -1)  # (..., m, C), from the chunk's start, inclusive
         diff = ell[..., :, None] - ell[..., None, :]
         # (the upper triangle has ell_i - ell_j >= 0: clamped before exp, then multiplied by 0)
         D = xp.exp(xp.minimum(diff, xp.zeros_like(diff))) * tri
@@ -335,14 +362,17 @@ def block_causal(
     if e is not None:
         zc = xp.sum(e if wend is None else e * wend[..., None], axis=-2)  # (..., m, F)
     F, dv = Sc.shape[-2], Sc.shape[-1]
-    if carry is None:
-        S0 = xp.zeros((F, dv), dtype=cdt, device=device)
-        z0 = None if zc is None else xp.zeros((F,), dtype=cdt, device=device)
+    if carry is None:  # (zeros shaped like one chunk's state: sizes may be unknown, ndonnx)
+        S0 = xp.zeros_like(Sc[..., 0, :, :])
+        z0 = None if zc is None else xp.zeros_like(zc[..., 0, :])
         d0 = None if doc is None else doc[..., 0, 0]
     else:
         S0, z0, d0 = carry
         if doc is not None and d0 is None:
             d0 = doc[..., 0, 0]
+    if plain and not (sized and isinstance(m, int) and m <= _SMALL):
+        # many chunks, or an unknown number: the states at the chunk starts are a cumulative sum
+        return _plain_scan(a, c, b, e, v, Sc, zc, S0, z0, num, den, plan, xp, T, out_dtype, divided, cs)
     # W[t, s]: weight of source s (0: the carry, s >= 1: chunk s - 1) in the state at the start of
     # chunk t (t = m: after the block)
     W = _tri(m + 1, xp, device, cdt)
@@ -350,7 +380,7 @@ def block_causal(
     if not plain:
         if g is not None:
             assert ell is not None
-            lsum = _range_sums(ell[..., -1], xp, device)  # decay between the chunks
+            lsum = _range_sums(ell[..., -1], xp, device, cs)  # decay between the chunks
             W = W * xp.exp(xp.minimum(lsum, xp.zeros_like(lsum)))
             wq = xp.exp(ell)
         if doc is not None:
@@ -368,22 +398,76 @@ def block_causal(
         zsrc = _stack_states(z0, zc, -2, xp)
         Pz = xp.matmul(W, zsrc)
     # -- inter-chunk outputs ---------------------------------------------------------------------
-    inter = xp.matmul(a, P[..., :m, :, :])
+    inter = xp.matmul(a, P[..., :-1, :, :])
     num = num + (inter if wq is None else inter * wq[..., None])
     if den is not None:
         assert c is not None and Pz is not None
-        dinter = xp.sum(c * Pz[..., :m, None, :], axis=-1)
+        dinter = xp.sum(c * Pz[..., :-1, None, :], axis=-1)
         den = den + (dinter if wq is None else dinter * wq)
     new_doc = None if doc is None else doc[..., -1, -1]
-    after = Carry(P[..., m, :, :], None if Pz is None else Pz[..., m, :], new_doc)
-    if not divided:
-        num = xp.reshape(num, (*num.shape[:-3], T, num.shape[-1]))
-        return (num, None if den is None else xp.reshape(den, (*den.shape[:-2], T))), after
-    out = divide(num, den, plan, xp)
-    out = xp.reshape(out, (*out.shape[:-3], T, out.shape[-1]))
+    after = Carry(P[..., -1, :, :], None if Pz is None else Pz[..., -1, :], new_doc)
+    return _finish(num, den, plan, xp, T, out_dtype, divided), after
+
+
+#: Chunks of a part up to which the states at the chunk starts are one matrix product (a small
+#: ``(m + 1) x (m + 1)`` constant); above, a cumulative sum (linear in ``m``, and shapes may be
+#: symbolic).
+_SMALL = 64
+
+
+def _plain_scan(
+    a: Array,
+    c: Array | None,
+    b: Array,
+    e: Array | None,
+    v: Array,
+    Sc: Array,
+    zc: Array | None,
+    S0: Array,
+    z0: Array | None,
+    num: Array,
+    den: Array | None,
+    plan: Plan,
+    xp: Namespace,
+    T: Any,
+    out_dtype: DType | None,
+    divided: bool,
+    cumsum: CumSum,
+) -> tuple[Any, Carry]:
+    """:func:`block_causal` without decay or documents over many chunks: the exclusive
+    cumulative sum of the chunk states (zero in front, the last dropped: shapes ``1 + m - 1``,
+    symbolic-safe) from the carry."""
+    S_incl = cumsum(Sc, -3)
+    P = xp.concat([xp.zeros_like(S_incl[..., :1, :, :]), S_incl], axis=-3)
+    P = P + xp.expand_dims(S0, axis=-3)
+    num = num + xp.matmul(a, P[..., :-1, :, :])
+    Pz = None
+    if zc is not None and z0 is not None:
+        z_incl = cumsum(zc, -2)
+        Pz = xp.concat([xp.zeros_like(z_incl[..., :1, :]), z_incl], axis=-2) + xp.expand_dims(z0, axis=-2)
+        assert den is not None and c is not None
+        den = den + xp.sum(c * Pz[..., :-1, None, :], axis=-1)
+    after = Carry(P[..., -1, :, :], None if Pz is None else Pz[..., -1, :], None)
+    return _finish(num, den, plan, xp, T, out_dtype, divided), after
+
+
+def _finish(
+    num: Array, den: Array | None, plan: Plan, xp: Namespace, T: Any, out_dtype: DType | None, divided: bool
+) -> Any:
+    """Chunked ``(..., m, C, .)`` outputs as ``(..., T, .)``: divided, or ``(num, den)``."""
+    if T is None:  # (chunks of one token along a new axis)
+        if not divided:
+            return xp.squeeze(num, axis=-2), None if den is None else xp.squeeze(den, axis=-1)
+        out = xp.squeeze(divide(num, den, plan, xp), axis=-2)
+    else:
+        if not divided:
+            num = xp.reshape(num, (*num.shape[:-3], T, num.shape[-1]))
+            return num, None if den is None else xp.reshape(den, (*den.shape[:-2], T))
+        out = divide(num, den, plan, xp)
+        out = xp.reshape(out, (*out.shape[:-3], T, out.shape[-1]))
     if out_dtype is not None and out.dtype != out_dtype:
         out = xp.astype(out, out_dtype)
-    return out, after
+    return out
 
 
 def _lead_of(W: Array, lead: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -423,14 +507,18 @@ class Source(NamedTuple):
         return Source(tuple(out), self.axes)
 
 
-def pad_part(ch: Chunk, marks: Marks, size: int, xp: Namespace) -> tuple[Chunk, Marks, int]:
-    """Tokens appended to a whole number of chunks of ``size``: zero features and values (they
-    add nothing), no decay, the last document's id (no boundary); returns the padded chunk,
-    marks and the real length.  Padded tokens come last, so no real query sees them."""
+def pad_part(
+    ch: Chunk, marks: Marks, size: int, xp: Namespace, sized: bool = True
+) -> tuple[Chunk, Marks, int, Any]:
+    """Tokens appended to a whole number ``m`` of chunks of ``size``: zero features and values
+    (they add nothing), no decay, the last document's id (no boundary); returns the padded
+    chunk, marks, the real length and ``m``.  Padded tokens come last, so no real query sees
+    them.  ``sized``: the length is a plain int (else symbolic: nothing compared)."""
     n = ch.b.shape[-2]
-    pad = (-n) % size
-    if pad == 0:
-        return ch, marks, n
+    m = (n + size - 1) // size  # (this form lets jax.export see m >= 1)
+    pad = m * size - n
+    if sized and isinstance(pad, int) and pad == 0:  # (a symbolic length pads always: no guard)
+        return ch, marks, n, m
 
     def zeros(x: Array | None) -> Array | None:
         if x is None:
@@ -443,18 +531,20 @@ def pad_part(ch: Chunk, marks: Marks, size: int, xp: Namespace) -> tuple[Chunk, 
         g = xp.concat([g, xp.zeros((*g.shape[:-1], pad), dtype=g.dtype, device=_dev(g))], axis=-1)
     if doc is not None:
         doc = xp.concat([doc, xp.broadcast_to(doc[..., -1:], (*doc.shape[:-1], pad))], axis=-1)
-    return Chunk(*(zeros(t) for t in ch)), Marks(g, doc), n
+    return Chunk(*(zeros(t) for t in ch)), Marks(g, doc), n, m
 
 
 def _dev(x: Array) -> Device:
     return getattr(x, "device", None)
 
 
-def absorb(carry: Carry | None, ch: Chunk, marks: Marks, xp: Namespace) -> Carry:
+def absorb(
+    carry: Carry | None, ch: Chunk, marks: Marks, xp: Namespace, cumsum: CumSum | None = None
+) -> Carry:
     """``carry`` followed by the keys of ``ch`` (no outputs): the state decayed over the block and
     the block's keys weighted by their decay to its end; a block that starts a new document
     forgets the carry."""
-    st, total = block_state(ch, marks, xp)
+    st, total = block_state(ch, marks, xp, cumsum)
     doc = None if marks.doc is None else marks.doc[..., -1]
     if carry is None:
         return Carry(st.S, st.z, doc)
