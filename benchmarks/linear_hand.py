@@ -190,7 +190,7 @@ def jax_causal(q: Any, k: Any, v: Any, chunk: int = CHUNK) -> Any:
         S, z = carry
         ac, bc, qc, kc, vc = xs
         num = ((ac @ jnp.swapaxes(bc, -1, -2)) * tri) @ vc + ac @ S
-        den = ((qc @ jnp.swapaxes(kc, -1, -2)) * tri).sum(-1) + qc @ z
+        den = ((qc @ jnp.swapaxes(kc, -1, -2)) * tri).sum(-1) + (qc * z[..., None, :]).sum(-1)
         return (S + jnp.swapaxes(bc, -1, -2) @ vc, z + kc.sum(-2)), num / den[..., None]
 
     _, outs = jax.lax.scan(body, (S0, z0), tuple(split(x) for x in (a, b, fq, fk, v)))

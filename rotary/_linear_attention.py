@@ -312,6 +312,7 @@ def _state_arrays(
     for name, a, want in (("state.S", S, want_S), ("state.z", z, want_z)):
         if want is None:
             continue
+        assert a is not None
         if not is_array(a):
             raise not_an_array(name, a)
         if library_name(array_namespace(a)) != library_name(xp):
@@ -507,8 +508,10 @@ class _Parts:
                 return x
             return xp.expand_dims(x, axis=-2)
 
+        b, v = one(ch.b), one(ch.v)
+        assert b is not None and v is not None
         return (
-            _linear.Chunk(split(ch.a), split(ch.c), one(ch.b), one(ch.e), one(ch.v)),  # type: ignore[arg-type]
+            _linear.Chunk(split(ch.a), split(ch.c), b, one(ch.e), v),
             _linear.Marks(mark(marks.g), mark(marks.doc)),
         )
 
@@ -855,7 +858,12 @@ def linear_attention(
     sig = be.signature(q, k, v, *args)
     key = None if sig is None else ("linear_attention", statics, return_state, kinds, sig)
     checked = MISSING if key is None else memo_get(key)
-    if checked is not MISSING and checked.decode is not None and (len(state) == 3 or state[3] is None):
+    if (
+        checked is not MISSING
+        and checked.decode is not None
+        and state is not None
+        and (len(state) == 3 or state[3] is None)
+    ):
         res = checked.decode(q, k, v, pos, state[0], state[1])
         if res is not None:  # (positions outside the shortcut's table: the generic steps)
             _check_offset(state[2])
@@ -1004,7 +1012,7 @@ def _decoder(be: Backend, call: _Call, q: Array, k: Array, pos: Any) -> Callable
     r = call.rope
     if r is None:
 
-        def rotate(c: Array, e: Array, pos: Any) -> tuple[Array, Array]:
+        def rotate(c: Array, e: Array, pos: Any) -> tuple[Array, Array] | None:
             return c, e
 
     else:
@@ -1232,6 +1240,7 @@ def _bidirectional(
     xp = be.xp
     n = q.shape[-2]
     gt = _tokens(g, n, xp)
+    assert gt is not None
     shifted = xp.concat([gt[..., 1:], xp.zeros_like(gt[..., :1])], axis=-1)
     groups = call.groups
 
@@ -1285,7 +1294,7 @@ def _jittable(statics: tuple[Any, ...]) -> bool:
 
 def _eager_gates(be: Backend, decay: Any, log_gate: Any, k: Array) -> tuple[Any, Any]:
     """``decay`` and ``log_gate`` as arrays (traced by the compiled call), values checked here."""
-    out = []
+    out: list[Any] = []
     for name, x in (("decay", decay), ("log_gate", log_gate)):
         if x is None:
             out.append(None)

@@ -455,7 +455,9 @@ def _gathered_chunks(states: list[LinearAttentionState], group: Any) -> Array:
     and z packed, so that one collective moves them (and its backward runs once on every rank)."""
     import torch
 
-    packed = torch.stack([torch.cat([s.S.flatten(-2), s.z], dim=-1) for s in states])
+    if any(s.z is None for s in states):
+        raise ValueError("context parallelism needs normalised states (normalize=True)")
+    packed = torch.stack([torch.cat([s.S.flatten(-2), s.z], dim=-1) for s in states])  # pyright: ignore[reportArgumentType]
     return _all_gather(packed, group)
 
 

@@ -31,7 +31,7 @@ def test_distributed_example_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "apply keeps them: True" in out
-    assert "'cumsum'" in out and "'block_causal'" in out
+    assert "'cumsum'" in out and "'matmul'" in out  # block states prefix-summed, then each block's outputs
     assert "[jax] 4 devices" in out
     assert "collectives ['none']" in out
     assert "collectives ['collective-permute']" in out

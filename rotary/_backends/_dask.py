@@ -137,7 +137,7 @@ class DaskBackend(Backend):
             if x is not None and not isinstance(x, da.Array):
                 x = da.asarray(x)
             if x is not None and src.sliced(i, n):
-                x = x.rechunk({x.ndim + ax: chunks})
+                x = x.rechunk({x.ndim + ax: chunks})  # pyright: ignore[reportArgumentType]
                 if ax == -2:
                     x = _merge_last(x)
             arrays.append(x)
@@ -177,7 +177,9 @@ class DaskBackend(Backend):
         incl = da.cumsum(S, axis=0, method=self._scan)
         zs = None
         if owns[0].z is not None:
-            z = da.stack([da.broadcast_to(c.z, (*lead, c.z.shape[-1])) for c in owns], axis=0)
+            z = da.stack(
+                [da.broadcast_to(c.z, (*lead, c.z.shape[-1])) for c in owns if c.z is not None], axis=0
+            )
             zs = da.cumsum(z, axis=0, method=self._scan)
         out = []
         for i in range(len(owns)):

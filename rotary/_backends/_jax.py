@@ -166,6 +166,7 @@ class JaxBackend(Backend):
                 xs.append(None)
                 continue
             part = src.take(block, stop, n).arrays[i]
+            assert part is not None
             ax = ax % part.ndim
             part = jnp.reshape(part, (*part.shape[:ax], full, block, *part.shape[ax + 1 :]))
             xs.append(jnp.moveaxis(part, ax, 0))
@@ -185,9 +186,10 @@ class JaxBackend(Backend):
             pieces.append(last)
         if first is None:
             return carry, None
-        lead = jnp.broadcast_shapes(*(p.shape[:-2] for p in pieces))
-        pieces = [jnp.broadcast_to(p, (*lead, *p.shape[-2:])) for p in pieces]
-        return carry, jnp.concatenate(pieces, axis=-2)
+        arrays: list[Array] = [p for p in pieces if p is not None]
+        lead = jnp.broadcast_shapes(*(p.shape[:-2] for p in arrays))
+        arrays = [jnp.broadcast_to(p, (*lead, *p.shape[-2:])) for p in arrays]
+        return carry, jnp.concatenate(arrays, axis=-2)
 
     def _loop_free(self, n: Any) -> bool:
         return not isinstance(n, int)  # symbolic length (jax.export)

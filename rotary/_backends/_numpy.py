@@ -150,9 +150,14 @@ class NumpyBackend(Backend):
         h, dev = rotary_dim // 2, self.creation_device(q)
 
         def plan(q: Array, k: Array, pos: Any) -> tuple[Array, Array] | None:
-            if not self.fast(q, k, pos):
+            if type(pos) is int:  # (a Python position: linear attention's decoding plan)
+                if not self.fast(q, k):
+                    return None
+                p = pos
+            elif not self.fast(q, k, pos):
                 return None
-            p = int(pos.reshape(-1)[0])
+            else:
+                p = int(pos.reshape(-1)[0])
             if not 0 <= p < POSITION_TABLE_MAX:
                 return None
             row = self.position_table(build, config, dev, dtype, p)[p]
@@ -160,6 +165,42 @@ class NumpyBackend(Backend):
             return _rotate_small_half(q, C, S, h), _rotate_small_half(k, C, S, h)
 
         return plan
+
+    def linear_step(
+        self, feature_map: str, eps: float
+    ) -> Callable[[Array, Array, Array, Array, Array, Callable[..., Any]], tuple[Array, ...] | None] | None:
+        """A decoding step of normalised linear attention with ``elu+1`` features and the dot
+        similarity on plain float32 arrays: the generic step's bits (``query_features``,
+        ``features``, ``step`` of :mod:`rotary._math._linear`) in NumPy's own calls.
+        ``rotate(c, e)`` rotates the features (or returns ``None``); anything else returns
+        ``None`` (the generic step)."""
+        if feature_map != "elu+1":
+            return None
+        f32 = np.dtype(np.float32)
+
+        def step(
+            q: Array, k: Array, v: Array, S: Array, z: Array, rotate: Callable[..., Any]
+        ) -> tuple[Array, ...] | None:
+            if not (self.fast(q, k, v, S, z) and q.dtype == k.dtype == v.dtype == S.dtype == z.dtype == f32):
+                return None
+            zero = np.float32(0)
+            shift = np.minimum(np.max(q, axis=-1, keepdims=True), zero)
+            c = np.maximum(q, zero) + np.exp(np.minimum(q, zero) - shift)
+            e = np.maximum(k, zero) + np.exp(np.minimum(k, zero))
+            rot = rotate(c, e)
+            if rot is None:
+                return None
+            a, b = rot
+            S = S + np.swapaxes(b, -1, -2) * v
+            z = z + e[..., 0, :]
+            den = np.sum(c * z[..., None, :], axis=-1)
+            if eps > 0:
+                den = np.maximum(den, np.float32(eps))
+            else:
+                den = np.where(den != 0, den, np.float32(np.inf))
+            return np.matmul(a, S) / den[..., None], S, z
+
+        return step
 
     def _exact(
         self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool, *, checked: bool

@@ -758,7 +758,7 @@ class TorchBackend(Backend):
             if rot is None:
                 return None
             a, b = rot
-            S = S + torch.matmul(b.mT, v)
+            S = S + b.mT * v
             z = z + e[..., 0, :]
             den = torch.sum(c * z[..., None, :], dim=-1)
             if eps > 0:

@@ -238,7 +238,7 @@ def step(ch: Chunk, marks: Marks, carry: Carry, plan: Plan, xp: Namespace) -> tu
     if alpha is not None:
         S = S * alpha
         z = None if z is None else z * alpha[..., 0]
-    S = S + xp.matmul(_t(b, xp), v)
+    S = S + _t(b, xp) * v  # (one key: the outer product, a single product per element)
     z = None if z is None or e is None else z + e[..., 0, :]
     out = attend(ch.a, ch.c, State(S, z), plan, xp) if ch.a is not None else None
     new_doc = marks.doc[..., -1] if marks.doc is not None else doc
@@ -252,7 +252,7 @@ def _split(x: Array | None, m: int, size: int, xp: Namespace) -> Array | None:
     return xp.reshape(x, (*x.shape[:-2], m, size, x.shape[-1]))
 
 
-def _split_marks(x: Array | None, m: int, size: int, xp: Namespace) -> Array | None:
+def _split_marks(x: Array | None, m: Any, size: int, xp: Namespace) -> Array | None:
     if x is None:
         return None
     return xp.reshape(x, (*x.shape[:-1], m, size))
@@ -325,7 +325,7 @@ def block_causal(
             raise NotImplementedError(
                 "decay, gates and documents need a known sequence length (this library's axis has none)"
             )
-        m = None
+        m: Any = None
         a, c, b, e, v = (None if t is None else xp.expand_dims(t, axis=-2) for t in ch)
         size = 1
     else:
@@ -375,6 +375,7 @@ def block_causal(
         return _plain_scan(a, c, b, e, v, Sc, zc, S0, z0, num, den, plan, xp, T, out_dtype, divided, cs)
     # W[t, s]: weight of source s (0: the carry, s >= 1: chunk s - 1) in the state at the start of
     # chunk t (t = m: after the block)
+    assert m is not None
     W = _tri(m + 1, xp, device, cdt)
     wq = None  # weight of the chunk-start state at each query
     if not plain:
