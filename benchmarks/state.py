@@ -42,6 +42,10 @@ def _scenarios(quick: bool) -> list[tuple[str, tuple[str, ...], Callable[[], Any
     pk = rng.standard_normal((shape[0], shape[1] // 4, *shape[2:]), dtype=np.float32)
     pp = np.arange(shape[-2])
     rope = rotary.RoPE(DECODE_Q[-1])
+    # a linear-attention decoding step: 4 heads of 64, from the state of 4096 tokens
+    lin_q, lin_k, lin_v = (rng.standard_normal((1, 4, 1, 64), dtype=np.float32) for _ in range(3))
+    lin_S = rng.standard_normal((1, 4, 64, 64), dtype=np.float32)
+    lin_z = rng.random((1, 4, 64), dtype=np.float32) * 4096
     libs: list[tuple[str, Callable[[np.ndarray], Any]]] = [("numpy", lambda a: a)]
     try:
         import torch
@@ -62,6 +66,17 @@ def _scenarios(quick: bool) -> list[tuple[str, tuple[str, ...], Callable[[], Any
                 f"{lib} decode at {LONG_POS} RoPE.apply",
                 ("constants", "signatures", "namespaces"),
                 lambda q=q, k=k, p=far: rope.apply(q, k, p),
+            )
+        )
+        lq, lk, lv = (conv(x) for x in (lin_q, lin_k, lin_v))
+        lst = rotary.LinearAttentionState(conv(lin_S), conv(lin_z), 4096)
+        out.append(
+            (
+                f"{lib} decode linear_attention",
+                ("constants", "position_table", "signatures", "plans", "namespaces"),
+                lambda q=lq, k=lk, v=lv, st=lst: rotary.linear_attention(
+                    q, k, v, 4096, causal=True, state=st, return_state=True
+                ),
             )
         )
         q, k, p = conv(pq), conv(pk), conv(pp)

@@ -858,6 +858,9 @@ def linear_attention(
     sig = be.signature(q, k, v, *args)
     key = None if sig is None else ("linear_attention", statics, return_state, kinds, sig)
     checked = MISSING if key is None else memo_get(key)
+    if checked is None:  # (checked before, but plans are off: the checks' findings are not kept)
+        checked = MISSING
+        key = None
     if (
         checked is not MISSING
         and checked.decode is not None

@@ -68,3 +68,37 @@ def test_gpu_matrix_code_runs_here_at_tiny_shapes():
         assert r["us"] > 0 and r["GB/s"] > 0 and r["% of copy"] > 0
         if r["case"] == "copy (floor)":
             assert r["% of copy"] == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch", "jax"])
+def test_hand_written_baselines_compute_linear_attention(lib):
+    """The hand-written code the benchmark times rotary against computes the same thing
+    (equation 19, elu+1, RoPE; float32 angles against rotary's exact ones): a fair comparison."""
+    import numpy as np
+
+    import rotary
+    from benchmarks import linear_hand as hand
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 2, 256, 16), dtype=np.float32) * 0.5 for _ in range(3))
+    pos = np.arange(256)
+    want_c = rotary.linear_attention(q, k, v, pos, causal=True)
+    want_n = rotary.linear_attention(q, k, v, pos)
+    st = rotary.linear_attention_state(k[..., :255, :], v[..., :255, :], pos[:255])
+    step_args = (q[..., 255:, :], k[..., 255:, :], v[..., 255:, :])
+    if lib == "numpy":
+        got = hand.numpy_causal(q, k, v), hand.numpy_noncausal(q, k, v)
+        step = hand.numpy_step(*step_args, st.S, st.z, 255)[0]
+    elif lib == "torch":
+        torch = pytest.importorskip("torch")
+        t = [torch.from_numpy(x) for x in (q, k, v)]
+        got = hand.torch_causal(*t).numpy(), hand.torch_noncausal(*t).numpy()
+        ts = [torch.from_numpy(np.ascontiguousarray(x)) for x in step_args]
+        step = hand.torch_step(*ts, torch.from_numpy(st.S), torch.from_numpy(st.z), 255)[0].numpy()
+    else:
+        jax = pytest.importorskip("jax")
+        got = tuple(np.asarray(jax.jit(f)(q, k, v)) for f in (hand.jax_causal, hand.jax_noncausal))
+        step = np.asarray(jax.jit(hand.jax_step)(*step_args, st.S, st.z, jax.numpy.asarray(255))[0])
+    np.testing.assert_allclose(got[0], want_c, rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(got[1], want_n, rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(step, want_c[..., 255:, :], rtol=2e-4, atol=2e-4)

@@ -54,7 +54,7 @@ def oracle(q, k, v, pos, *, causal, log_gates=None, normalize=True, state=None):
 
 
 def _inputs(backend, rng, shape=(2, 3, 23, 8), dv=5, dtype="float32"):
-    *lead, n, d = shape
+    *lead, n, _d = shape
     xs = [rng.normal(size=shape), rng.normal(size=shape), rng.normal(size=(*lead, n, dv))]
     xb = [backend.asarray(x, dtype) for x in xs]
     return xb, [to_numpy(x).astype(np.float64) for x in xb]
