@@ -49,8 +49,9 @@ from ._lib import _validation as chk
 from ._lib._cache import MISSING, fast_paths_enabled, memo_add, memo_get
 from ._lib._compat import array_namespace, is_array, library_name, namespace_of, not_an_array
 from ._lib._typing import Array, Device, DType, FeatureMapName, Namespace, RotaryEmbedding, Similarity
-from ._math import _linear
+from ._math import _documents, _linear
 from ._math._groups import merge_heads, split_heads
+from ._packing import Docs, documents, implied_positions
 from ._rope import Rotary, default_rope, eager_positions
 
 __all__ = ["FEATURE_MAPS", "LinearAttentionState", "combine", "linear_attention", "linear_attention_state"]
@@ -293,8 +294,12 @@ class _Call(NamedTuple):
     sized: bool = True  # sizes are plain ints (not symbolic ones that look like ints)
 
 
+def _n_docs(cu: Any) -> int:
+    return int(cu.shape[0] if is_array(cu) else len(cu)) - 1
+
+
 def _state_arrays(
-    state: Any, xp: Namespace, want_S: tuple[Any, ...], want_z: tuple[Any, ...] | None
+    state: Any, xp: Namespace, want_S: tuple[Any, ...], want_z: tuple[Any, ...] | None, per_doc: bool = False
 ) -> tuple[Array, Array | None, Any, Any]:
     if not isinstance(state, tuple) or len(state) not in (3, 4):
         raise TypeError(f"state must be a LinearAttentionState(S, z, offset), got {type(state).__name__}")
@@ -332,19 +337,25 @@ def _state_arrays(
                 f"{name} has shape {tuple(a.shape)} but these keys/values need {want} (leading axes, "
                 "feature dim F, d_v); the state comes from inputs of a different shape, feature map or "
                 "similarity"
+                + ("; with cu_seqlens, one state per document: (..., n_docs, F, d_v)" if per_doc else "")
             )
-    _check_offset(offset)
+    _check_offset(offset, per_doc)
     return S, z, offset, log_decay
 
 
-def _check_offset(offset: Any) -> None:
+def _check_offset(offset: Any, per_doc: bool = False) -> None:
     if isinstance(offset, bool) or not (
         isinstance(offset, numbers.Integral)
-        or (is_array(offset) and offset.ndim == 0 and chk.is_integral(offset.dtype))
+        or (
+            is_array(offset)
+            and offset.ndim in ((0, 1) if per_doc else (0,))
+            and chk.is_integral(offset.dtype)
+        )
     ):
         raise TypeError(
-            "state.offset must be an integer (or a 0-d integer array), "
-            f"got {type(offset).__name__} {offset!r}"
+            "state.offset must be an integer (or a 0-d integer array"
+            + (", or one per document" if per_doc else "")
+            + f"), got {type(offset).__name__} {offset!r}"
         )
 
 
@@ -673,6 +684,8 @@ def linear_attention(
     decay: Any = None,
     log_gate: Any = None,
     normalize: bool = True,
+    cu_seqlens: Any = None,
+    segment_ids: Any = None,
 ) -> Array: ...
 
 
@@ -696,6 +709,8 @@ def linear_attention(
     decay: Any = None,
     log_gate: Any = None,
     normalize: bool = True,
+    cu_seqlens: Any = None,
+    segment_ids: Any = None,
 ) -> tuple[Array, LinearAttentionState]: ...
 
 
@@ -719,6 +734,8 @@ def linear_attention(
     decay: Any = None,
     log_gate: Any = None,
     normalize: bool = True,
+    cu_seqlens: Any = None,
+    segment_ids: Any = None,
 ) -> Array | tuple[Array, LinearAttentionState]: ...
 
 
@@ -741,6 +758,8 @@ def linear_attention(
     decay: Any = None,
     log_gate: Any = None,
     normalize: bool = True,
+    cu_seqlens: Any = None,
+    segment_ids: Any = None,
 ) -> Array | tuple[Array, LinearAttentionState]:
     """RoFormer linear attention with RoPE on the features (equation 19 of the paper), with the
     field's decay and gates.
@@ -800,6 +819,18 @@ def linear_attention(
     normalize : bool
         ``True`` (default): divide by the denominator (RoFormer).  ``False``: no denominator
         (fla's ``normalize=False``; RetNet, GLA, Mamba-2); RoPE still rotates q and k.
+    cu_seqlens : array or sequence of int, optional
+        Packed documents along the sequence axis (``(n_docs + 1,)``: 0, then the running total
+        of the document lengths, ending at ``N``): no query sees a key of another document.
+        States are per document: ``state=`` holds one per document (``(..., n_docs, F, d_v)``,
+        its ``offset`` one per document or one for all), ``return_state`` gives each
+        document's final state.  Without ``pos``, a given ``rope`` rotates each document from
+        position 0 (from its state's offset).
+    segment_ids : array, optional
+        The same by per-token ids ``(..., N)`` (a change of id starts a document; fixed shapes:
+        any packing of the same length is one compiled graph).  ``state=`` continues each row's
+        first document; ``return_state`` gives each row's last document's state (its
+        ``log_decay`` ``-inf`` where the row held a boundary: it combines with nothing before).
 
     Returns
     -------
@@ -839,6 +870,11 @@ def linear_attention(
         p = eager_positions(be, pos, "pos", q, "q")
         kp = eager_positions(be, k_pos, "k_pos", k, "k")
         dec, lg = _eager_gates(be, decay, log_gate, k)
+        if cu_seqlens is not None or segment_ids is not None:  # (values checked here, traced inside)
+            d = documents(be, q.shape[-2], cu_seqlens, segment_ids, q)
+            assert d is not None
+            cu_seqlens = d.cu if d.cu is not None else None
+            segment_ids = d.runs if d.cu is None else None
         S0 = z0 = ld0 = None
         off0: Any = 0
         if state is not None:
@@ -850,11 +886,14 @@ def linear_attention(
             ld0 = state[3] if len(state) == 4 else None
             _check_offset(off0)
         _namespace(q, k=k, v_=v)
-        out, S, z, ld = be.jit(_linear_jit, (0,))(statics, q, k, v, p, kp, key_mask, S0, z0, ld0, dec, lg)
+        per_doc_off = off0 if is_array(off0) and off0.ndim == 1 else None
+        out, S, z, ld, off = be.jit(_linear_jit, (0,))(
+            statics, q, k, v, p, kp, key_mask, S0, z0, ld0, dec, lg, cu_seqlens, segment_ids, per_doc_off
+        )
         if not chk.check_bool(return_state, "return_state"):
             return out
-        return out, LinearAttentionState(S, z, off0 + k.shape[-2], ld)
-    args, kinds = _sig_args(pos, k_pos, state, key_mask, decay, log_gate)
+        return out, LinearAttentionState(S, z, off if off is not None else off0 + k.shape[-2], ld)
+    args, kinds = _sig_args(pos, k_pos, state, key_mask, decay, log_gate, cu_seqlens, segment_ids)
     sig = be.signature(q, k, v, *args)
     key = None if sig is None else ("linear_attention", statics, return_state, kinds, sig)
     checked = MISSING if key is None else memo_get(key)
@@ -893,20 +932,46 @@ def linear_attention(
             normalize,
             decay,
             log_gate,
+            cu_seqlens,
+            segment_ids,
         )
         if key is not None:
             memo_add(key, checked)
-    return _run(checked, be, q, k, v, pos, k_pos, state, key_mask, decay, log_gate, return_state)
+    return _run(
+        checked,
+        be,
+        q,
+        k,
+        v,
+        pos,
+        k_pos,
+        state,
+        key_mask,
+        decay,
+        log_gate,
+        return_state,
+        cu_seqlens,
+        segment_ids,
+    )
 
 
 def _sig_args(
-    pos: Any, k_pos: Any, state: Any, key_mask: Any, decay: Any, log_gate: Any
+    pos: Any,
+    k_pos: Any,
+    state: Any,
+    key_mask: Any,
+    decay: Any,
+    log_gate: Any,
+    cu: Any = None,
+    seg: Any = None,
 ) -> tuple[list[Any], tuple[Any, ...]]:
     """The arrays whose types, shapes, dtypes and devices decide the checks, and the types of
     the other arguments (Python values: their values are checked on every call)."""
     args: list[Any] = []
     kinds: list[Any] = []
-    parts = [pos, k_pos, key_mask, decay, log_gate]
+    parts = [pos, k_pos, key_mask, decay, log_gate, seg]
+    # (cu_seqlens: its length decides the state's shape; values are checked on every call)
+    kinds.append(None if cu is None else ("cu", len(cu) if not is_array(cu) else tuple(cu.shape)))
     if isinstance(state, tuple) and len(state) in (3, 4):
         parts += [state[0], state[1]]
         kinds.append(len(state))
@@ -952,6 +1017,8 @@ def _check_call(
     normalize: Any,
     decay: Any,
     log_gate: Any,
+    cu_seqlens: Any = None,
+    segment_ids: Any = None,
 ) -> _Checked:
     """Every check of :func:`linear_attention` that depends on the arguments' types, shapes,
     dtypes and devices only (values are checked on every call)."""
@@ -971,10 +1038,19 @@ def _check_call(
     sdt = state[0].dtype if isinstance(state, tuple) and len(state) in (3, 4) and is_array(state[0]) else None
     plan, nonneg = _plan(feature_map, similarity, eps, normalize, k, sdt, be)
     F = _width(plan, k, xp)
+    has_docs = cu_seqlens is not None or segment_ids is not None
+    if has_docs and (k_pos is not None or n != m):
+        raise ValueError(
+            "cu_seqlens and segment_ids describe one packed sequence of queries and keys: pass q, k "
+            "and v of the same tokens (no k_pos)"
+        )
     _check_even(pos, rope, F)
-    r = default_rope(be, rope, pos, F, k_pos)
+    # (with documents, a rope without positions rotates each document from 0)
+    implied = has_docs and pos is None and rope is not None
+    r = default_rope(be, rope, 0 if implied else pos, F, k_pos)
     _check_static(r)
-    _check_rope_positions(be, r, pos, k_pos, q, k)
+    if not implied:
+        _check_rope_positions(be, r, pos, k_pos, q, k)
     _key_mask(key_mask, k, xp)
     if (decay is not None or log_gate is not None) and not causal and (k_pos is not None or n != m):
         raise ValueError(
@@ -984,8 +1060,11 @@ def _check_call(
         )
     if state is not None:
         Fs = F + 1 if plan.cosine else F  # (the state's width: the cosine's constant feature too)
-        want_z = (*kv_lead, Fs) if plan.normalize else None
-        _state_arrays(state, xp, (*kv_lead, Fs, v.shape[-1]), want_z)
+        lead = kv_lead
+        if cu_seqlens is not None:  # one state per document
+            lead = (*kv_lead, _n_docs(cu_seqlens))
+        want_z = (*lead, Fs) if plan.normalize else None
+        _state_arrays(state, xp, (*lead, Fs, v.shape[-1]), want_z, per_doc=cu_seqlens is not None)
     size, part = _sizes(chunk_size, n, be)
     call = _Call(plan, r, causal, size, part, groups, nonneg, not be.sizes_symbolic())
     decode = None
@@ -996,6 +1075,7 @@ def _check_call(
         and key_mask is None
         and decay is None
         and log_gate is None
+        and not has_docs
         and groups == 1
         and not plan.cosine
         and plan.normalize
@@ -1048,29 +1128,49 @@ def _run(
     decay: Any,
     log_gate: Any,
     return_state: bool,
+    cu_seqlens: Any = None,
+    segment_ids: Any = None,
 ) -> Array | tuple[Array, LinearAttentionState]:
-    """A checked call: positions and gates read (their values checked), then the attention."""
+    """A checked call: positions, gates and documents read (their values checked), then the
+    attention."""
     xp = be.xp
     call, kv_lead, F, _ = checked
     plan = call.plan
     m = k.shape[-2]
     dev = be.creation_device(k)
-    p, rng = (None, None) if pos is None else be.positions(pos, name="pos", device=dev)
-    kp, krng = (p, rng) if k_pos is None else be.positions(k_pos, name="k_pos", device=dev)
+    docs = documents(be, m, cu_seqlens, segment_ids, k, "k")
+    per_doc = docs is not None and docs.cu is not None
     g = None if decay is None and log_gate is None else _gates(decay, log_gate, k, kv_lead, plan.cdt, be)
+    init: _linear.Carry | None = None
+    off0: Any = 0
+    ld0 = None
+    S0 = z0 = None
     if state is not None:
         S0, z0, off0 = state[:3]
-        _check_offset(off0)
+        _check_offset(off0, per_doc)
         ld0 = state[3] if len(state) == 4 else None
         if S0.dtype != plan.cdt:
             S0 = xp.astype(S0, plan.cdt)
             z0 = None if z0 is None else xp.astype(z0, plan.cdt)
-        init: _linear.Carry | None = _linear.Carry(S0, z0, None)
-    else:
-        init, off0, ld0 = None, 0, None
-    out, carry = _attend(call, be, dev, q, k, v, p, kp, rng, krng, key_mask, g, init, kv_lead, F)
+        if not per_doc:
+            init = _linear.Carry(S0, z0, None)
+    if docs is not None and pos is None and call.rope is not None:  # each document from 0
+        offs = _doc_offsets(be, off0, docs, dev) if per_doc and state is not None else None
+        pos = implied_positions(be, docs, offs)
+    p, rng = (None, None) if pos is None else be.positions(pos, name="pos", device=dev)
+    kp, krng = (p, rng) if k_pos is None else be.positions(k_pos, name="k_pos", device=dev)
+    ctx = None
+    if docs is not None:
+        G = None
+        if g is not None and per_doc:
+            G = _documents.segmented_cumsum(_tokens(g, m, xp), docs.runs, xp)
+        ctx = _DocCtx(docs.runs, S0 if per_doc else None, z0 if per_doc else None, G)
+    out, carry = _attend(call, be, dev, q, k, v, p, kp, rng, krng, key_mask, g, init, kv_lead, F, ctx)
     if not return_state:
         return out
+    if per_doc:
+        assert docs is not None and ctx is not None
+        return out, _doc_states(call, be, dev, k, v, kp, krng, key_mask, g, docs, ctx, kv_lead, F, off0, ld0)
     if carry is None:
         carry = _zero_carry(plan, F, v, kv_lead, be, dev)
     S, z = carry.S, carry.z
@@ -1078,7 +1178,136 @@ def _run(
         S = S[..., 0, :, :]
         z = None if z is None else z[..., 0, :]
     ld = None if g is None else _total(g, m, xp)
+    if docs is not None:  # a row whose documents changed forgets what came before
+        ld = _row_log_decay(docs.runs, g, m, xp, plan.cdt)
+        return out, _state(S, z, off0 + m, kv_lead, xp, ld)
     return out, _state(S, z, off0 + m, kv_lead, xp, _add_log_decay(ld0, ld))
+
+
+def _row_log_decay(runs: Array, g: Any, m: Any, xp: Namespace, cdt: DType) -> Array:
+    """The log-decay of a row's last document (its gates' total), ``-inf`` where the row holds a
+    boundary (the state of its last document combines with nothing before it)."""
+    crossed = runs[..., -1] != runs[..., 0]
+    total = xp.zeros(crossed.shape, dtype=cdt, device=getattr(runs, "device", None))
+    if g is not None:
+        gt = _tokens(g, m, xp)
+        last = xp.astype(runs == runs[..., -1:], cdt)
+        total = xp.sum(gt * last, axis=-1) + total
+    return xp.where(crossed, xp.full_like(total, -math.inf), total)
+
+
+def _doc_offsets(be: Backend, off0: Any, docs: Docs, dev: Device) -> Array:
+    """Where each document continues (``state.offset``: one per document, or one for all)."""
+    xp = be.xp
+    n_docs = docs.n_docs
+    assert n_docs is not None
+    dt = docs.runs.dtype
+    if is_array(off0) and off0.ndim == 1:
+        return off0 if off0.dtype == dt else xp.astype(off0, dt)
+    if is_array(off0):
+        return xp.broadcast_to(xp.astype(xp.reshape(off0, (1,)), dt), (n_docs,))
+    return xp.full((n_docs,), int(off0), dtype=dt, device=dev)
+
+
+def _doc_states(
+    call: _Call,
+    be: Backend,
+    dev: Device,
+    k: Array,
+    v: Array,
+    kp: Any,
+    krng: Any,
+    mask: Any,
+    g: Any,
+    docs: Docs,
+    ctx: _DocCtx,
+    kv_lead: tuple[Any, ...],
+    F: int,
+    off0: Any,
+    ld0: Any,
+) -> LinearAttentionState:
+    """Every document's final state: its keys, each decayed to the document's end, summed by
+    document (the backend's scatter, ``chunk_size`` keys at a time), plus its initial state
+    decayed over the document."""
+    xp = be.xp
+    plan = call.plan
+    n_docs = docs.n_docs
+    assert n_docs is not None and docs.cu is not None
+    m = k.shape[-2]
+    r = call.rope
+    axis = r.seq_axis if isinstance(r, Rotary) else -1
+    parts = _Parts(call._replace(groups=1), be, dev, krng, krng, mask)
+    dv = v.shape[-1]
+    Fs = F + 1 if plan.cosine else F
+    lengths = docs.cu[1:] - docs.cu[:-1]
+    # the decay of each key to its document's end: the gates after it (a reverse running sum)
+    after = None
+    total = None
+    if g is not None:
+        gt = _tokens(g, m, xp)
+        assert gt is not None
+        shifted = xp.concat([gt[..., 1:], xp.zeros_like(gt[..., :1])], axis=-1)
+        same_next = xp.concat([docs.runs[1:] == docs.runs[:-1], xp.zeros_like(docs.runs[:1], dtype=xp.bool)])
+        shifted = shifted * xp.astype(same_next, shifted.dtype)
+        after = xp.flip(
+            _documents.segmented_cumsum(xp.flip(shifted, axis=-1), xp.flip(docs.runs, axis=-1), xp), axis=-1
+        )
+        total = _doc_totals(be, gt, docs, n_docs)
+    accS = xp.zeros((*kv_lead, n_docs, Fs * dv), dtype=plan.cdt, device=dev)
+    accz = xp.zeros((*kv_lead, n_docs, Fs), dtype=plan.cdt, device=dev) if plan.normalize else None
+    src = _linear.Source((k, v, kp, mask, docs.runs, after), (-2, -2, axis, -1, -1, -1))
+    size = max(1, call.size)
+
+    def body(acc: Any, s: _linear.Source) -> tuple[Any, None]:
+        kb, vb, pb, mb, rb, ab = s.arrays
+        b, e, vc = parts.keys(kb, vb, pb, mb)
+        if ab is not None:
+            w = xp.exp(ab)[..., None]
+            b = b * w
+            e = None if e is None else e * w
+        S, z = acc
+        t = b.shape[-2]
+        for lo in range(0, t, size):
+            hi = min(lo + size, t)
+            outer = b[..., lo:hi, :, None] * vc[..., lo:hi, None, :]
+            outer = xp.reshape(outer, (*outer.shape[:-2], Fs * dv))
+            S = be.segment_add(S, outer, rb[lo:hi])
+        if z is not None and e is not None:
+            z = be.segment_add(z, e, rb)
+        return (S, z), None
+
+    (S, z), _ = be.scan(body, (accS, accz), src, n=m, block=call.part)
+    S = xp.reshape(S, (*S.shape[:-1], Fs, dv))
+    if ctx.S0 is not None:  # the documents' own states, decayed over their keys
+        S0, z0 = ctx.S0, ctx.z0
+        if total is not None:
+            S0 = S0 * xp.exp(total)[..., None, None]
+            z0 = None if z0 is None else z0 * xp.exp(total)[..., None]
+        S = S + S0
+        z = None if z is None or z0 is None else z + z0
+    offsets = _doc_offsets(be, off0, docs, dev) + xp.astype(lengths, docs.runs.dtype)
+    ld = None
+    if total is not None:
+        ld = total if ld0 is None else ld0 + total
+    return _state(S, z, offsets, (*kv_lead, n_docs), xp, ld)
+
+
+def _doc_totals(be: Backend, gt: Array, docs: Docs, n_docs: int) -> Array:
+    """``(..., n_docs)``: each document's total log-gate (0 for an empty one)."""
+    xp = be.xp
+    acc = xp.zeros((*gt.shape[:-1], n_docs, 1), dtype=gt.dtype, device=be.creation_device(gt))
+    return be.segment_add(acc, gt[..., None], docs.runs)[..., 0]
+
+
+class _DocCtx(NamedTuple):
+    """Documents of a call: ``runs`` ``(..., N)``; with ``cu_seqlens`` and a state per document,
+    ``S0``/``z0`` ``(..., n_docs, F, d_v)``/``(..., n_docs, F)``; ``G`` the cumulative log-gates
+    from each document's start (inclusive), where there are gates."""
+
+    runs: Array
+    S0: Array | None = None
+    z0: Array | None = None
+    G: Array | None = None
 
 
 def _attend(
@@ -1097,6 +1326,7 @@ def _attend(
     init: _linear.Carry | None,
     kv_lead: tuple[Any, ...],
     F: int,
+    docs: _DocCtx | None = None,
 ) -> tuple[Array, _linear.Carry | None]:
     """The attention proper: the sequence streamed through the backend's scan."""
     xp = be.xp
@@ -1113,22 +1343,12 @@ def _attend(
         )
     out_dtype = q.dtype
     if call.causal:
-        src = _linear.Source((q, k, v, p, mask, g), (-2, -2, -2, axis, -1, -1))
-
-        def body(carry: Any, s: _linear.Source) -> tuple[Any, Array]:
-            qb, kb, vb, pb, mb, gb = s.arrays
-            a, c, b, e, vc = parts.both(qb, kb, vb, pb, mb)
-            t = b.shape[-2]
-            ch, marks = parts.group(_linear.Chunk(a, c, b, e, vc), _linear.Marks(_tokens(gb, t, xp), None))
-            return _causal_part(call, ch, marks, carry, xp, dev, out_dtype, be.cumsum)
-
-        carry, out = be.scan(body, init, src, n=n, block=part, additive=g is None)
-        assert out is not None
+        out, carry, _ = _forward(call, be, dev, parts, q, k, v, p, mask, g, init, axis, part, docs, True)
         if groups > 1:
             out = merge_heads(out, q.shape[-3], groups, xp)
-        return out, carry
-    if g is not None:
-        return _bidirectional(call, be, dev, parts, q, k, v, p, mask, g, init, axis, out_dtype)
+        return (out if out.dtype == out_dtype else xp.astype(out, out_dtype)), carry
+    if g is not None or docs is not None:
+        return _bidirectional(call, be, dev, parts, q, k, v, p, mask, g, init, axis, out_dtype, docs)
     # non-causal: the keys' summary, then every query against it
     ksrc = _linear.Source((k, v, kp, mask), (-2, -2, axis, -1))
 
@@ -1164,6 +1384,106 @@ def _attend(
     if groups > 1:
         out = merge_heads(out, q.shape[-3], groups, xp)
     return out, carry
+
+
+def _forward(
+    call: _Call,
+    be: Backend,
+    dev: Device,
+    parts: _Parts,
+    q: Array,
+    k: Array,
+    v: Array,
+    p: Any,
+    mask: Any,
+    g: Any,
+    init: _linear.Carry | None,
+    axis: int,
+    part: int,
+    docs: _DocCtx | None,
+    divided: bool,
+    strict: bool = False,
+) -> tuple[Any, Any, Any]:
+    """Causal attention streamed part by part: ``(out, carry, den)`` (``den`` ``None`` where
+    ``divided``; else ``out`` is the numerator).  A state per document (``docs.S0``) reaches each
+    query of its document, decayed from the document's start."""
+    xp = be.xp
+    n = q.shape[-2]
+    per_doc = docs is not None and docs.S0 is not None
+    runs = None if docs is None else docs.runs
+    G = None if docs is None else docs.G
+    src = _linear.Source((q, k, v, p, mask, g, runs, G), (-2, -2, -2, axis, -1, -1, -1, -1))
+    split = divided and not per_doc  # (the extra term is added before the division)
+
+    def body(carry: Any, s: _linear.Source) -> tuple[Any, Array]:
+        qb, kb, vb, pb, mb, gb, rb, Gb = s.arrays
+        a, c, b, e, vc = parts.both(qb, kb, vb, pb, mb)
+        t = b.shape[-2]
+        ch, marks = parts.group(
+            _linear.Chunk(a, c, b, e, vc), _linear.Marks(_tokens(gb, t, xp), None if rb is None else rb)
+        )
+        if split:
+            return _causal_part(call, ch, marks, carry, xp, dev, q.dtype, be.cumsum, strict=strict)
+        carry, (num, den) = _causal_part(
+            call, ch, marks, carry, xp, dev, None, be.cumsum, strict=strict, divided=False
+        )
+        if per_doc:
+            assert docs is not None and rb is not None
+            add_num, add_den = _doc_init(ch.a, ch.c, rb, Gb, docs.S0, docs.z0, call, xp)
+            num = num + add_num
+            den = None if den is None else den + add_den
+        if divided:
+            return carry, _linear.divide(num, den, call.plan, xp)
+        return carry, num if den is None else xp.concat([num, den[..., None]], axis=-1)
+
+    carry, out = be.scan(body, init, src, n=n, block=part, additive=g is None and docs is None)
+    assert out is not None
+    if divided or not call.plan.normalize:
+        return out, carry, None
+    return out[..., :-1], carry, out[..., -1]
+
+
+def _doc_init(
+    a: Array,
+    c: Array | None,
+    runs: Array,
+    G: Array | None,
+    S0: Array,
+    z0: Array | None,
+    call: _Call,
+    xp: Namespace,
+) -> tuple[Array, Array | None]:
+    """The numerator and denominator terms of each query's own document's state: ``exp(G_i) a_i
+    S0[doc_i]``, gathered ``chunk_size`` queries at a time (working memory of one chunk of
+    states)."""
+    T = a.shape[-2]
+    size = max(1, call.size)
+    groups = call.groups
+    S0g, z0g = S0, z0
+    if groups > 1:
+        S0g = xp.expand_dims(S0, axis=-4)
+        z0g = None if z0 is None else xp.expand_dims(z0, axis=-3)
+    nums, dens = [], []
+    for lo in range(0, T, size):
+        hi = min(lo + size, T)
+        r = runs[..., lo:hi]
+        Sg = xp.take(S0g, r, axis=-3)  # (..., t, F, dv)
+        num = xp.matmul(a[..., lo:hi, None, :], Sg)[..., 0, :]
+        den = None
+        if c is not None and z0g is not None:
+            den = xp.sum(c[..., lo:hi, :] * xp.take(z0g, r, axis=-2), axis=-1)
+        if G is not None:
+            w = xp.exp(G[..., lo:hi])
+            if groups > 1 and w.ndim >= 2:
+                w = xp.expand_dims(w, axis=-2)
+            num = num * w[..., None]
+            den = None if den is None else den * w
+        nums.append(num)
+        dens.append(den)
+    num = nums[0] if len(nums) == 1 else xp.concat(nums, axis=-2)
+    if dens[0] is None:
+        return num, None
+    return num, dens[0] if len(dens) == 1 else xp.concat(dens, axis=-1)
 
 
 def _causal_part(
@@ -1231,49 +1551,41 @@ def _bidirectional(
     v: Array,
     p: Any,
     mask: Any,
-    g: Array,
+    g: Array | None,
     init: _linear.Carry | None,
     axis: int,
     out_dtype: DType,
+    docs: _DocCtx | None = None,
 ) -> tuple[Array, _linear.Carry | None]:
-    """Non-causal attention with decay: the keys up to each query (a causal pass, ``state``
-    included) and those after it (a causal pass over the reversed sequence, the query's own key
-    excluded; key ``j > i`` counts ``exp(g_{i+1} + ... + g_j)``, so in reverse token ``t`` carries
-    the gate of ``t + 1``).  The reversed pass holds reversed copies of q, k and v."""
+    """Non-causal attention with decay or documents: the keys up to each query (a causal pass,
+    ``state`` included) and those after it (a causal pass over the reversed sequence, the query's
+    own key excluded; key ``j > i`` counts ``exp(g_{i+1} + ... + g_j)``, so in reverse token ``t``
+    carries the gate of ``t + 1``), each within its document.  The reversed pass holds reversed
+    copies of q, k and v."""
     xp = be.xp
     n = q.shape[-2]
-    gt = _tokens(g, n, xp)
-    assert gt is not None
-    shifted = xp.concat([gt[..., 1:], xp.zeros_like(gt[..., :1])], axis=-1)
+    shifted = None
+    if g is not None:
+        gt = _tokens(g, n, xp)
+        assert gt is not None
+        g = gt
+        shifted = xp.concat([gt[..., 1:], xp.zeros_like(gt[..., :1])], axis=-1)
     groups = call.groups
-
-    def run(src: _linear.Source, carry: Any, strict: bool) -> tuple[Any, tuple[Array, Array | None]]:
-        def body(c: Any, s: _linear.Source) -> tuple[Any, Array]:
-            qb, kb, vb, pb, mb, gb = s.arrays
-            a, cq, b, e, vc = parts.both(qb, kb, vb, pb, mb)
-            ch, marks = parts.group(_linear.Chunk(a, cq, b, e, vc), _linear.Marks(gb, None))
-            c, (num, den) = _causal_part(
-                call, ch, marks, c, xp, dev, None, be.cumsum, strict=strict, divided=False
-            )
-            return c, num if den is None else xp.concat([num, den[..., None]], axis=-1)
-
-        carry, out = be.scan(body, carry, src, n=n, block=call.part)
-        assert out is not None
-        if not call.plan.normalize:
-            return carry, (out, None)
-        return carry, (out[..., :-1], out[..., -1])
-
-    axes = (-2, -2, -2, axis, -1, -1)
-    fwd = _linear.Source((q, k, v, p, mask, gt), axes)
-    carry, (num, den) = run(fwd, init, False)
-    flipped = tuple(
-        None if x is None or not fwd.sliced(i, n) else xp.flip(x, axis=ax)
-        for i, (x, ax) in enumerate(zip((q, k, v, p, mask, shifted), axes, strict=True))
+    num, carry, den = _forward(call, be, dev, parts, q, k, v, p, mask, g, init, axis, call.part, docs, False)
+    # the reversed pass: no state, the documents reversed with the tokens
+    axes = (-2, -2, -2, axis, -1, -1, -1)
+    runs = None if docs is None else docs.runs
+    arrays = (q, k, v, p, mask, shifted, runs)
+    probe = _linear.Source(arrays, axes)
+    flipped = [
+        x if x is None or not probe.sliced(i, n) else xp.flip(x, axis=ax)
+        for i, (x, ax) in enumerate(zip(arrays, axes, strict=True))
+    ]
+    rq, rk, rv, rp, rm, rg, rr = flipped
+    rdocs = None if rr is None else _DocCtx(rr)
+    num2, _, den2 = _forward(
+        call, be, dev, parts, rq, rk, rv, rp, rm, rg, None, axis, call.part, rdocs, False, strict=True
     )
-    bwd = _linear.Source(
-        tuple(x if f is None else f for x, f in zip((q, k, v, p, mask, shifted), flipped, strict=True)), axes
-    )
-    _, (num2, den2) = run(bwd, None, True)
     num = num + xp.flip(num2, axis=-2)
     den = None if den is None or den2 is None else den + xp.flip(den2, axis=-1)
     out = _linear.divide(num, den, call.plan, xp)
@@ -1329,9 +1641,12 @@ def _linear_jit(
     ld0: Any,
     decay: Any,
     log_gate: Any,
-) -> tuple[Array, Array, Array, Any]:
+    cu_seqlens: Any,
+    segment_ids: Any,
+    offsets: Any,
+) -> tuple[Array, Array, Array, Any, Any]:
     rope, causal, feature_map, similarity, eps, chunk_size, normalize, _ = statics
-    state = None if S0 is None else LinearAttentionState(S0, z0, 0, ld0)
+    state = None if S0 is None else LinearAttentionState(S0, z0, 0 if offsets is None else offsets, ld0)
     out, st = linear_attention(
         q,
         k,
@@ -1350,8 +1665,10 @@ def _linear_jit(
         decay=decay,
         log_gate=log_gate,
         normalize=normalize,
+        cu_seqlens=cu_seqlens,
+        segment_ids=segment_ids,
     )
-    return out, st.S, st.z, st.log_decay
+    return out, st.S, st.z, st.log_decay, st.offset if cu_seqlens is not None else None
 
 
 def _state_jit(

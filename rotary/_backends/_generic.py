@@ -439,6 +439,16 @@ class Backend:
         ``None`` for values it does not cover.  ``None``: no shortcut (the generic steps are it)."""
         return None
 
+    def segment_add(self, acc: Array, x: Array, ids: Array) -> Array:
+        """``acc`` ``(..., n, K)`` plus the rows of ``x`` ``(..., T, K)`` added at rows ``ids``
+        ``(T,)`` (sorted, in ``[0, n)``); ``acc`` is the caller's own (it may be updated in
+        place).  Here a one-hot matrix product (the array API has no scatter): ``n x T x K``;
+        the libraries with a scatter override it (``T x K``)."""
+        xp = self.xp
+        n = acc.shape[-2]
+        onehot = xp.astype(ids[None, :] == xp.arange(n, device=self.creation_device(ids))[:, None], x.dtype)
+        return acc + xp.matmul(onehot, x)
+
     def cumsum(self, x: Array, axis: int) -> Array:
         """The cumulative sum along ``axis`` (a library's own where the namespace's wraps it)."""
         return self.xp.cumulative_sum(x, axis=axis)

@@ -191,6 +191,11 @@ class JaxBackend(Backend):
         arrays = [jnp.broadcast_to(p, (*lead, *p.shape[-2:])) for p in arrays]
         return carry, jnp.concatenate(arrays, axis=-2)
 
+    def segment_add(self, acc: Array, x: Array, ids: Array) -> Array:
+        moved = jnp.moveaxis(x, -2, 0)
+        out = jax.ops.segment_sum(moved, ids, num_segments=acc.shape[-2], indices_are_sorted=True)
+        return acc + jnp.moveaxis(out, 0, -2)
+
     def _loop_free(self, n: Any) -> bool:
         return not isinstance(n, int)  # symbolic length (jax.export)
 

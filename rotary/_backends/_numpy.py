@@ -209,6 +209,15 @@ class NumpyBackend(Backend):
             return super()._exact(pos, tables, w, dtype, levels, nonneg, checked=checked)
         return _eager.exact(pos, tables, levels, nonneg, _ops(tables.dtype), self.xp)
 
+    def segment_add(self, acc: Array, x: Array, ids: Array) -> Array:
+        if not (_plain(acc, x, ids) and acc.flags.writeable):
+            return super().segment_add(acc, x, ids)
+        lead = np.broadcast_shapes(acc.shape[:-2], x.shape[:-2])
+        if acc.shape[:-2] != lead:
+            acc = np.broadcast_to(acc, (*lead, *acc.shape[-2:])).copy()
+        np.add.at(acc, (..., ids, slice(None)), x)
+        return acc
+
     def _take_rows(self, table: Array, idx: Array) -> Array:
         if _plain(table, idx):
             return table.take(idx, axis=0)  # indices checked: no compat wrapper needed

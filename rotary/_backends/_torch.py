@@ -790,5 +790,13 @@ class TorchBackend(Backend):
     def cumsum(self, x: Array, axis: int) -> Array:
         return torch.cumsum(x, dim=axis)
 
+    def segment_add(self, acc: Array, x: Array, ids: Array) -> Array:
+        if not (isinstance(x, torch.Tensor) and isinstance(acc, torch.Tensor)) or _is_dtensor(x):
+            return super().segment_add(acc, x, ids)
+        if tuple(acc.shape[:-2]) != tuple(x.shape[:-2]):
+            acc = acc.expand(*torch.broadcast_shapes(acc.shape[:-2], x.shape[:-2]), *acc.shape[-2:])
+            x = x.expand(*acc.shape[:-2], *x.shape[-2:])
+        return acc.index_add(acc.ndim - 2, ids.to(torch.int64), x)
+
 
 TORCH = TorchBackend(torch_xp)  # the one instance (see ``backend_for``)

@@ -201,14 +201,17 @@ def block_state(
         return State(xp.matmul(_t(b, xp), v), None if e is None else xp.sum(e, axis=-2)), None
     w = None
     total = None
-    if g is not None:
+    if g is not None and g.shape[-1] == 0:  # (no keys: no decay, nothing to weigh)
+        total = xp.sum(g, axis=-1)
+    elif g is not None:
         ell = _cumsum(xp, cumsum)(g, -1)
         total = ell[..., -1]
         w = xp.exp(ell[..., -1:] - ell)
-    if doc is not None:
+    if doc is not None and doc.shape[-1]:
         same = xp.astype(doc == doc[..., -1:], b.dtype)
         w = same if w is None else w * same
-    assert w is not None
+    if w is None:
+        return State(xp.matmul(_t(b, xp), v), None if e is None else xp.sum(e, axis=-2)), total
     wb = b * w[..., None]
     S = xp.matmul(_t(wb, xp), v)
     z = None if e is None else xp.sum(e * w[..., None], axis=-2)

@@ -1,0 +1,105 @@
+"""Where packed documents start, read once for every entry point that knows a sequence axis.
+
+``cu_seqlens=`` and ``segment_ids=`` (see :mod:`rotary._math._documents`) are checked here and
+become run ids; the positions they imply restart at 0 in each document.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ._backends import Backend
+from ._lib import _validation as chk
+from ._lib._compat import array_namespace, host_values, is_array, library_name
+from ._lib._typing import Array, Device
+from ._math import _documents
+
+__all__ = ["Docs", "documents", "implied_positions"]
+
+
+class Docs(NamedTuple):
+    """The documents of a packed sequence: ``runs`` ``(..., N)`` (or ``(N,)``), and for
+    ``cu_seqlens`` the boundaries themselves and their count (static)."""
+
+    runs: Array
+    cu: Array | None
+    n_docs: int | None
+
+
+def _index_dtype(be: Backend, device: Device) -> Any:
+    return be.xp.int64 if be.has_int64(device) else be.xp.int32
+
+
+def documents(
+    be: Backend, n: Any, cu_seqlens: Any, segment_ids: Any, x: Array, x_name: str = "q"
+) -> Docs | None:
+    """``cu_seqlens`` or ``segment_ids`` for the ``n`` tokens of ``x`` (sequence axis -2) as
+    :class:`Docs`, checked (values where they can be read); ``None`` when neither is given."""
+    if cu_seqlens is None and segment_ids is None:
+        return None
+    if cu_seqlens is not None and segment_ids is not None:
+        raise ValueError("pass cu_seqlens= or segment_ids=, not both (they say the same thing)")
+    xp = be.xp
+    dev = be.creation_device(x)
+    idt = _index_dtype(be, dev)
+    if cu_seqlens is not None:
+        cu = _int_array(be, cu_seqlens, "cu_seqlens", dev)
+        if cu.ndim != 1 or (cu.shape[0] is not None and cu.shape[0] < 1):
+            raise ValueError(
+                f"cu_seqlens must be 1-d with n_docs + 1 >= 1 entries (0, then the running total of the "
+                f"document lengths), got shape {tuple(cu.shape)}"
+            )
+        host = be.readable_values(cu)
+        if host is not None:
+            h = host.astype(np.int64)
+            bad = []
+            if h[0] != 0:
+                bad.append("does not start at 0")
+            if np.any(np.diff(h) < 0):
+                bad.append("decreases")
+            if isinstance(n, int) and h[-1] != n:
+                bad.append(f"ends at {int(h[-1])}, not at the total length {n} ({x_name}.shape[-2])")
+            if bad:
+                raise ValueError(
+                    f"cu_seqlens {h.tolist() if h.size <= 12 else '(' + str(h.size) + ' entries)'} "
+                    f"{', '.join(bad)}: it must be 0, then the running total of the document lengths, "
+                    f"ending at the number of tokens"
+                )
+        runs = _documents.runs_from_cu_seqlens(cu, n, xp, dev, idt)
+        return Docs(runs, cu, int(cu.shape[0]) - 1)
+    seg = segment_ids
+    if not is_array(seg) or library_name(array_namespace(seg)) != be.name:
+        seg = _int_array(be, seg, "segment_ids", dev, ndim=None)
+    if not chk.is_integral(seg.dtype) and not xp.isdtype(seg.dtype, "bool"):
+        raise TypeError(f"segment_ids must be integers (one id per token), got {chk.dtype_name(seg.dtype)}")
+    be.check_devices([(x_name, x), ("segment_ids", seg)])
+    lead = tuple(x.shape[:-1])
+    if seg.ndim < 1 or seg.shape[-1] != n or not chk.broadcasts_to(tuple(seg.shape), lead):
+        raise ValueError(
+            f"segment_ids of shape {tuple(seg.shape)} do not match {x_name}'s tokens: one id per token, "
+            f"shape (..., {n}) broadcasting to {x_name}.shape[:-1] = {lead}"
+        )
+    return Docs(_documents.runs_from_segments(seg, xp, idt), None, None)
+
+
+def _int_array(be: Backend, x: Any, name: str, device: Device, ndim: int | None = 1) -> Array:
+    if is_array(x) and library_name(array_namespace(x)) == be.name:
+        if not chk.is_integral(x.dtype):
+            raise TypeError(f"{name} must be an integer array, got {chk.dtype_name(x.dtype)}")
+        return x
+    host = host_values(x, name)
+    if host.size and not (np.issubdtype(host.dtype, np.integer) or host.dtype == bool):
+        raise TypeError(f"{name} must hold integers, got dtype {host.dtype}")
+    return be.to_device(host.astype(np.int64), _index_dtype(be, device), device)
+
+
+def implied_positions(be: Backend, docs: Docs, offsets: Any = None) -> Array:
+    """The positions the documents imply: 0 at every document's first token (plus ``offsets``,
+    one per document of ``cu_seqlens``: where each continues)."""
+    xp = be.xp
+    pos = _documents.positions_in_runs(docs.runs, xp)
+    if offsets is not None:
+        pos = pos + xp.take(offsets, docs.runs, axis=0)
+    return pos
