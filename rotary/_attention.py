@@ -17,6 +17,7 @@ from ._lib._compat import array_namespace, index_dtype, is_array, not_an_array
 from ._lib._compat import device as be_device
 from ._lib._typing import Array, RotaryEmbedding
 from ._math._groups import merge_heads, split_heads
+from ._packing import Docs, documents, implied_positions
 from ._rope import default_rope, eager_positions
 
 __all__ = ["attention"]
@@ -37,6 +38,8 @@ def attention(
     mask: Array | None = None,
     scale: float | None = None,
     block_size: int | None = None,
+    cu_seqlens: Any = None,
+    segment_ids: Any = None,
 ) -> Array:
     """Softmax attention ``softmax(R q (R k)^T * scale + mask) v`` with RoPE.
 
@@ -66,6 +69,10 @@ def attention(
         Logit scale, default ``1 / sqrt(d)``.
     block_size : int, optional
         Queries per block (default: about 16M score entries per block).
+    cu_seqlens, segment_ids : optional
+        Packed documents (as in :func:`rotary.linear_attention`): no query sees a key of another
+        document (the scores' mask is block-diagonal, causal within each block).  Without
+        ``pos``, a given ``rope`` rotates each document from position 0.
 
     Returns
     -------
@@ -89,13 +96,45 @@ def attention(
     xp = array_namespace(q, k, v, mask, names=("q", "k", "v", "mask"))
     be = backend_for(xp)
     statics: tuple[Any, ...] = (rope, causal, scale, block_size)
+    docs = None
+    if cu_seqlens is not None or segment_ids is not None:
+        chk.check_qkv(arrays)
+        if k_pos is not None or q.shape[-2] != k.shape[-2]:
+            raise ValueError(
+                "cu_seqlens and segment_ids describe one packed sequence of queries and keys: pass q, k "
+                "and v of the same tokens (no k_pos)"
+            )
+        docs = documents(be, q.shape[-2], cu_seqlens, segment_ids, q)
+        if pos is None and rope is not None:  # each document from position 0
+            assert docs is not None
+            pos = implied_positions(be, docs)
     if be.jit_eagerly() and _hashable(statics):
         statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
         # JAX outside a trace: positions checked here, then the whole call as one compiled
         # program (no Python scalar moves to the device)
         p = eager_positions(be, pos, "pos", q, "q")
         kp = eager_positions(be, k_pos, "k_pos", k, "k")
-        return be.jit(_attention_jit, (0,))(statics, q, k, v, p, kp, mask)
+        runs = None if docs is None else docs.runs
+        return be.jit(_attention_jit, (0,))(statics, q, k, v, p, kp, mask, runs)
+    return _attention(be, q, k, v, pos, rope, k_pos, causal, mask, scale, block_size, docs, arrays)
+
+
+def _attention(
+    be: Any,
+    q: Array,
+    k: Array,
+    v: Array,
+    pos: Any,
+    rope: Any,
+    k_pos: Any,
+    causal: Any,
+    mask: Any,
+    scale: Any,
+    block_size: Any,
+    docs: Docs | None,
+    arrays: tuple[tuple[str, Array, str], ...],
+) -> Array:
+    xp = be.xp
     chk.check_qkv(arrays)
     be.check_dense([("q", q), ("k", k), ("v", v)])
     be.check_plain([("q", q), ("k", k), ("v", v)], "attention")
@@ -133,8 +172,11 @@ def attention(
     out_shape = (*lead, n, v.shape[-1])
     if m == 0 or n == 0:
         return xp.zeros(out_shape, dtype=q.dtype, device=dev)
+    runs = None if docs is None else docs.runs
     if groups > 1:  # grouped-query heads: q's heads as (key head, group), no repeat of k and v
         qc, kc, vc, mask = _grouped(xp, groups, qc, kc, vc, mask)
+        if runs is not None and runs.ndim >= 2:
+            runs = xp.expand_dims(runs, axis=-2)
     is_bool = mask is not None and xp.isdtype(mask.dtype, "bool")
     if mask is not None:
         # Keys that no query sees (padding: False, or -inf added) must not reach the output even
@@ -170,6 +212,9 @@ def attention(
                 logits = logits + xp.astype(mb, cdt)
                 mb = mb != -math.inf
             keep = mb if keep is None else xp.logical_and(keep, mb)
+        if runs is not None:  # the same document only
+            same = runs[..., s:e, None] == runs[..., None, :]
+            keep = same if keep is None else xp.logical_and(keep, same)
         if keep is not None:
             logits = xp.where(keep, logits, xp.full_like(logits, -math.inf))
         mx = xp.max(logits, axis=-1, keepdims=True)
@@ -221,9 +266,19 @@ def _hashable(statics: tuple[Any, ...]) -> bool:
 
 
 def _attention_jit(
-    statics: tuple[Any, ...], q: Array, k: Array, v: Array, p: Any, kp: Any, mask: Any
+    statics: tuple[Any, ...], q: Array, k: Array, v: Array, p: Any, kp: Any, mask: Any, runs: Any
 ) -> Array:
     rope, causal, scale, block_size, _ = statics
     return attention(
-        q, k, v, p, rope=rope, k_pos=kp, causal=causal, mask=mask, scale=scale, block_size=block_size
+        q,
+        k,
+        v,
+        p,
+        rope=rope,
+        k_pos=kp,
+        causal=causal,
+        mask=mask,
+        scale=scale,
+        block_size=block_size,
+        segment_ids=runs,
     )

@@ -9,6 +9,7 @@ from ._backends import backend_for
 from ._lib import _validation as v
 from ._lib._compat import array_namespace
 from ._lib._typing import AngleMethod, Array, Layout, PartialMode
+from ._packing import positions_along
 from ._rope import RoPE, rope_of
 from .scaling import Scaling
 
@@ -40,7 +41,7 @@ def _rope_for(
 
 def rotate(
     x: Array,
-    pos: Any,
+    pos: Any = None,
     *,
     layout: Layout = "half",
     base: float = 10000.0,
@@ -48,6 +49,8 @@ def rotate(
     scaling: Scaling | dict[str, Any] | None = None,
     angles: AngleMethod = "exact",
     partial: PartialMode = "neox",
+    cu_seqlens: Any = None,
+    segment_ids: Any = None,
 ) -> Array:
     """Rotate one array ``x`` of shape ``(..., head_dim)`` at positions ``pos``.
 
@@ -61,13 +64,30 @@ def rotate(
     >>> rotary.rotate(k, [7]).shape                           # at position 7
     (1, 2, 1, 4)
     """
+    pos = _implied(x, "x", pos, cu_seqlens, segment_ids)
     return _rope_for(x, "x", base, layout, rotary_dim, scaling, angles, partial).rotate(x, pos)
+
+
+def _implied(x: Any, name: str, pos: Any, cu_seqlens: Any, segment_ids: Any) -> Any:
+    """``pos``, or the positions that packed documents imply (0 at each document's start)."""
+    if cu_seqlens is None and segment_ids is None:
+        if pos is None:
+            raise TypeError("pos is required (the positions of the tokens), or cu_seqlens= / segment_ids=")
+        return pos
+    if pos is not None:
+        raise ValueError(
+            "pass pos= or the documents (cu_seqlens= / segment_ids=), not both: the documents imply "
+            "the positions (0 at each document's start)"
+        )
+    v.check_array(x, name)
+    be = backend_for(array_namespace(x))
+    return positions_along(be, x, cu_seqlens, segment_ids, name)
 
 
 def apply(
     q: Array,
     k: Array,
-    pos: Any,
+    pos: Any = None,
     *,
     layout: Layout = "half",
     base: float = 10000.0,
@@ -76,6 +96,8 @@ def apply(
     k_pos: Any = None,
     angles: AngleMethod = "exact",
     partial: PartialMode = "neox",
+    cu_seqlens: Any = None,
+    segment_ids: Any = None,
 ) -> tuple[Array, Array]:
     """Apply rotary position embedding to queries and keys.
 
@@ -104,6 +126,10 @@ def apply(
         Angle method (see :class:`rotary.RoPE`).
     partial : {"neox", "proportional"}
         How ``rotary_dim`` is read (see :class:`rotary.RoPE`).
+    cu_seqlens, segment_ids : optional
+        Packed documents instead of ``pos`` (as in :func:`rotary.linear_attention`): positions
+        restart at 0 in each document, tokens along axis -2 (or -3 for the packed layout
+        ``(total, heads, head_dim)``).
 
     Returns
     -------
@@ -121,5 +147,6 @@ def apply(
     >>> q_rot.shape, k_rot.shape
     ((1, 8, 16, 64), (1, 2, 16, 64))
     """
+    pos = _implied(q, "q", pos, cu_seqlens, segment_ids)
     rope = _rope_for(q, "q", base, layout, rotary_dim, scaling, angles, partial)
     return rope.apply(q, k, pos, k_pos=k_pos)

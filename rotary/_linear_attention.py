@@ -547,12 +547,16 @@ def linear_attention_state(
     decay: Any = None,
     log_gate: Any = None,
     normalize: bool = True,
+    cu_seqlens: Any = None,
+    segment_ids: Any = None,
 ) -> LinearAttentionState:
     """The :class:`LinearAttentionState` of a block of keys and values.
 
     Same conventions as :func:`linear_attention` (``pos`` broadcasts to ``k.shape[:-1]``;
     ``decay`` and ``log_gate`` weight each key by its decay to the end of the block); costs
     ``O(M d d_v)`` and computes no outputs.  States of consecutive blocks combine (``+``).
+    With ``cu_seqlens``, one state per document (``(..., n_docs, F, d_v)``); with
+    ``segment_ids``, the state of each row's last document.
 
     Examples
     --------
@@ -566,6 +570,24 @@ def linear_attention_state(
     xp = _namespace(k=k, v_=v)
     be = backend_for(xp)
     statics: tuple[Any, ...] = (rope, feature_map, similarity, normalize)
+    if cu_seqlens is not None or segment_ids is not None:
+        # (the documents' own path: a state per document, or each row's last one)
+        out_docs = _state_of_documents(
+            be,
+            k,
+            v,
+            pos,
+            rope,
+            feature_map,
+            similarity,
+            key_mask,
+            decay,
+            log_gate,
+            normalize,
+            cu_seqlens,
+            segment_ids,
+        )
+        return out_docs
     if be.jit_eagerly() and _jittable(statics):
         statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
         p = eager_positions(be, pos, "pos", k, "k")
@@ -603,6 +625,78 @@ def linear_attention_state(
         carry = _zero_carry(plan, F, v, kv_lead, be, dev)
     ld = None if g is None else _total(g, n, xp)
     return _state(carry.S, carry.z, n, kv_lead, xp, ld)
+
+
+def _state_of_documents(
+    be: Backend,
+    k: Array,
+    v: Array,
+    pos: Any,
+    rope: Any,
+    feature_map: Any,
+    similarity: Any,
+    key_mask: Any,
+    decay: Any,
+    log_gate: Any,
+    normalize: Any,
+    cu_seqlens: Any,
+    segment_ids: Any,
+) -> LinearAttentionState:
+    """:func:`linear_attention_state` of packed documents: the keys as queries of a causal call
+    that computes no output worth keeping would cost a pass of queries; instead the documents'
+    states directly (``cu_seqlens``), or the last document's through the causal carry."""
+    xp = be.xp
+    q = k[..., :, :]
+    checked = _check_call(
+        be,
+        q,
+        k,
+        v,
+        pos,
+        None,
+        True,
+        feature_map,
+        similarity,
+        0.0,
+        None,
+        None,
+        True,
+        key_mask,
+        rope,
+        normalize,
+        decay,
+        log_gate,
+        cu_seqlens,
+        segment_ids,
+    )
+    call, kv_lead, F, _ = checked
+    plan = call.plan
+    m = k.shape[-2]
+    dev = be.creation_device(k)
+    docs = documents(be, m, cu_seqlens, segment_ids, k, "k")
+    assert docs is not None
+    g = None if decay is None and log_gate is None else _gates(decay, log_gate, k, kv_lead, plan.cdt, be)
+    if pos is None and call.rope is not None:
+        pos = implied_positions(be, docs)
+    kp, krng = (None, None) if pos is None else be.positions(pos, name="pos", device=dev)
+    if docs.cu is not None:
+        ctx = _DocCtx(docs.runs)
+        return _doc_states(call, be, dev, k, v, kp, krng, key_mask, g, docs, ctx, kv_lead, F, 0, None)
+    parts = _Parts(call, be, dev, krng, krng, key_mask)
+    r = call.rope
+    axis = r.seq_axis if isinstance(r, Rotary) else -1
+    src = _linear.Source((k, v, kp, key_mask, g, docs.runs), (-2, -2, axis, -1, -1, -1))
+
+    def body(carry: Any, s: _linear.Source) -> tuple[Any, None]:
+        kb, vb, pb, mb, gb, rb = s.arrays
+        b, e, vc = parts.keys(kb, vb, pb, mb)
+        marks = _linear.Marks(_tokens(gb, b.shape[-2], xp), rb)
+        return _linear.absorb(carry, _linear.Chunk(None, None, b, e, vc), marks, xp, be.cumsum), None
+
+    carry, _ = be.scan(body, None, src, n=m, block=call.part)
+    if carry is None:
+        carry = _zero_carry(plan, F, v, kv_lead, be, dev)
+    return _state(carry.S, carry.z, m, kv_lead, xp, _row_log_decay(docs.runs, g, m, xp, plan.cdt))
 
 
 def _sizes(chunk_size: Any, n: Any, be: Backend) -> tuple[int, int]:

@@ -16,7 +16,7 @@ from ._lib._compat import array_namespace, host_values, is_array, library_name
 from ._lib._typing import Array, Device
 from ._math import _documents
 
-__all__ = ["Docs", "documents", "implied_positions"]
+__all__ = ["Docs", "documents", "implied_positions", "positions_along"]
 
 
 class Docs(NamedTuple):
@@ -103,3 +103,37 @@ def implied_positions(be: Backend, docs: Docs, offsets: Any = None) -> Array:
     if offsets is not None:
         pos = pos + xp.take(offsets, docs.runs, axis=0)
     return pos
+
+
+def positions_along(be: Backend, x: Array, cu_seqlens: Any, segment_ids: Any, x_name: str) -> Array:
+    """The positions the documents of ``x`` imply, shaped to broadcast against ``x.shape[:-1]``:
+    tokens along axis -2 (``(..., tokens, head_dim)``), or along axis -3 for the packed layout
+    ``(total, heads, head_dim)`` where only that axis has the documents' length."""
+    if x.ndim < 2:
+        raise ValueError(
+            f"{x_name} must have a token axis: shape (..., tokens, head_dim), got {tuple(x.shape)}"
+        )
+    n = x.shape[-2]
+    thd = False
+    if cu_seqlens is not None and x.ndim >= 3:
+        total = _known_total(be, cu_seqlens)
+        thd = total is not None and total != n and x.shape[-3] == total
+    if thd:
+        docs = documents(be, x.shape[-3], cu_seqlens, None, x[..., 0, :], x_name)
+        assert docs is not None
+        return implied_positions(be, docs)[:, None]
+    docs = documents(be, n, cu_seqlens, segment_ids, x, x_name)
+    assert docs is not None
+    return implied_positions(be, docs)
+
+
+def _known_total(be: Backend, cu: Any) -> int | None:
+    if is_array(cu):
+        host = (
+            be.readable_values(cu) if library_name(array_namespace(cu)) == be.name else host_values(cu, "cu")
+        )
+    else:
+        host = np.asarray(cu)
+    if host is None or host.size == 0:
+        return None
+    return int(host.reshape(-1)[-1])
