@@ -747,7 +747,7 @@ def _state(
     if z is not None and not _same(tuple(z.shape[:-1]), kv_lead):
         z = xp.broadcast_to(z, (*kv_lead, z.shape[-1]))
     if ld is not None and not _same(tuple(ld.shape), kv_lead):
-        ld = xp.broadcast_to(ld, kv_lead)
+        ld = xp.asarray(xp.broadcast_to(ld, kv_lead), copy=True)  # (the caller's own, writeable)
     return LinearAttentionState(S, z, offset, ld)
 
 
@@ -978,7 +978,7 @@ def linear_attention(
                 )
             S0, z0, off0 = state[:3]
             ld0 = state[3] if len(state) == 4 else None
-            _check_offset(off0)
+            _check_offset(off0, cu_seqlens is not None)
         _namespace(q, k=k, v_=v)
         per_doc_off = off0 if is_array(off0) and off0.ndim == 1 else None
         out, S, z, ld, off = be.jit(_linear_jit, (0,))(
@@ -1282,7 +1282,7 @@ def _row_log_decay(runs: Array, g: Any, m: Any, xp: Namespace, cdt: DType) -> Ar
     """The log-decay of a row's last document (its gates' total), ``-inf`` where the row holds a
     boundary (the state of its last document combines with nothing before it)."""
     crossed = runs[..., -1] != runs[..., 0]
-    total = xp.zeros(crossed.shape, dtype=cdt, device=getattr(runs, "device", None))
+    total = xp.zeros_like(xp.astype(crossed, cdt))
     if g is not None:
         gt = _tokens(g, m, xp)
         last = xp.astype(runs == runs[..., -1:], cdt)
@@ -1601,8 +1601,13 @@ def _causal_part(
         )
         return after, out
     if known and t == 0:
-        o = xp.zeros((*_out_lead(ch), 0, ch.v.shape[-1]), dtype=out_dtype, device=dev)
-        return (carry if carry is not None else _linear.Carry(*_empty_state(ch, xp), None)), o
+        dt = out_dtype if out_dtype is not None else ch.v.dtype
+        o = xp.zeros((*_out_lead(ch), 0, ch.v.shape[-1]), dtype=dt, device=dev)
+        after = carry if carry is not None else _linear.Carry(*_empty_state(ch, xp), None)
+        if kw.get("divided", True):
+            return after, o
+        den = None if ch.c is None else xp.zeros((*_out_lead(ch), 0), dtype=dt, device=dev)
+        return after, (o, den)
     if known and t == 1 and not kw:  # a decoding step: a few small kernels
         if carry is None:
             carry = _linear.Carry(*_empty_state(ch, xp), None)

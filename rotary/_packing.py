@@ -45,13 +45,12 @@ def documents(
     dev = be.creation_device(x)
     idt = _index_dtype(be, dev)
     if cu_seqlens is not None:
-        cu = _int_array(be, cu_seqlens, "cu_seqlens", dev)
+        cu, host = _int_array(be, cu_seqlens, "cu_seqlens", dev)
         if cu.ndim != 1 or (cu.shape[0] is not None and cu.shape[0] < 1):
             raise ValueError(
                 f"cu_seqlens must be 1-d with n_docs + 1 >= 1 entries (0, then the running total of the "
                 f"document lengths), got shape {tuple(cu.shape)}"
             )
-        host = be.readable_values(cu)
         if host is not None:
             h = host.astype(np.int64)
             bad = []
@@ -67,11 +66,11 @@ def documents(
                     f"{', '.join(bad)}: it must be 0, then the running total of the document lengths, "
                     f"ending at the number of tokens"
                 )
-        runs = _documents.runs_from_cu_seqlens(cu, n, xp, dev, idt)
+        runs = _documents.runs_from_cu_seqlens(cu, n, xp, dev, idt, be.has_int64(dev))
         return Docs(runs, cu, int(cu.shape[0]) - 1)
     seg = segment_ids
     if not is_array(seg) or library_name(array_namespace(seg)) != be.name:
-        seg = _int_array(be, seg, "segment_ids", dev, ndim=None)
+        seg, _ = _int_array(be, seg, "segment_ids", dev)
     if not chk.is_integral(seg.dtype) and not xp.isdtype(seg.dtype, "bool"):
         raise TypeError(f"segment_ids must be integers (one id per token), got {chk.dtype_name(seg.dtype)}")
     be.check_devices([(x_name, x), ("segment_ids", seg)])
@@ -81,18 +80,20 @@ def documents(
             f"segment_ids of shape {tuple(seg.shape)} do not match {x_name}'s tokens: one id per token, "
             f"shape (..., {n}) broadcasting to {x_name}.shape[:-1] = {lead}"
         )
-    return Docs(_documents.runs_from_segments(seg, xp, idt), None, None)
+    return Docs(_documents.runs_from_segments(seg, xp, idt, be.cumsum), None, None)
 
 
-def _int_array(be: Backend, x: Any, name: str, device: Device, ndim: int | None = 1) -> Array:
+def _int_array(be: Backend, x: Any, name: str, device: Device) -> tuple[Array, Any]:
+    """``x`` as an integer array of ``be``, and its values where they can be read (host values
+    always: they are checked before they move)."""
     if is_array(x) and library_name(array_namespace(x)) == be.name:
         if not chk.is_integral(x.dtype):
             raise TypeError(f"{name} must be an integer array, got {chk.dtype_name(x.dtype)}")
-        return x
+        return x, be.readable_values(x)
     host = host_values(x, name)
     if host.size and not (np.issubdtype(host.dtype, np.integer) or host.dtype == bool):
         raise TypeError(f"{name} must hold integers, got dtype {host.dtype}")
-    return be.to_device(host.astype(np.int64), _index_dtype(be, device), device)
+    return be.to_device(host.astype(np.int64), _index_dtype(be, device), device), host
 
 
 def implied_positions(be: Backend, docs: Docs, offsets: Any = None) -> Array:
@@ -108,7 +109,8 @@ def implied_positions(be: Backend, docs: Docs, offsets: Any = None) -> Array:
 def positions_along(be: Backend, x: Array, cu_seqlens: Any, segment_ids: Any, x_name: str) -> Array:
     """The positions the documents of ``x`` imply, shaped to broadcast against ``x.shape[:-1]``:
     tokens along axis -2 (``(..., tokens, head_dim)``), or along axis -3 for the packed layout
-    ``(total, heads, head_dim)`` where only that axis has the documents' length."""
+    ``(total, heads, head_dim)`` where only that axis has the documents' length (told by the
+    total of ``cu_seqlens``, so where its values can be read: host values, an eager library)."""
     if x.ndim < 2:
         raise ValueError(
             f"{x_name} must have a token axis: shape (..., tokens, head_dim), got {tuple(x.shape)}"

@@ -67,14 +67,18 @@ def test_normalised_without_rope_is_equation_19_and_with_rope_is_not():
     # fla fed RoPE'd features rotates its denominator too: not equation 19
     pos = torch.arange(T)
     ar, br = rotary.apply(fq, fk, pos)
-    fla_rope, _ = naive_la.naive_recurrent_linear_attn(_bthd(ar), _bthd(br), _bthd(v), scale=1.0, normalize=True)
+    fla_rope, _ = naive_la.naive_recurrent_linear_attn(
+        _bthd(ar), _bthd(br), _bthd(v), scale=1.0, normalize=True
+    )
     eq19 = rotary.linear_attention(fq, fk, v, pos, causal=True, feature_map=lambda x: x)
     assert (fla_rope - _bthd(eq19)).abs().max() > 0.05
 
 
 def test_simple_gla_gates():
     q, k, v = _inputs(2)
-    g = torch.log(torch.tensor(np.random.default_rng(3).uniform(0.5, 1.0, size=(B, H, T)), dtype=torch.float64))
+    g = torch.log(
+        torch.tensor(np.random.default_rng(3).uniform(0.5, 1.0, size=(B, H, T)), dtype=torch.float64)
+    )
     want, S = naive_gla.naive_chunk_simple_gla(
         _bthd(q), _bthd(k), _bthd(v), g.transpose(1, 2).contiguous(), scale=1.0, output_final_state=True
     )

@@ -450,8 +450,9 @@ class Backend:
         return acc + xp.matmul(onehot, x)
 
     def cumsum(self, x: Array, axis: int) -> Array:
-        """The cumulative sum along ``axis`` (a library's own where the namespace's wraps it)."""
-        return self.xp.cumulative_sum(x, axis=axis)
+        """The cumulative sum along ``axis``, in ``x``'s dtype (a library's own where the
+        namespace's wraps it)."""
+        return self.xp.cumulative_sum(x, axis=axis, dtype=x.dtype)
 
     def linear_step(self, feature_map: str, eps: float) -> Callable[..., tuple[Array, ...] | None] | None:
         """A shortcut for decoding steps of linear attention (see the torch backend's), or

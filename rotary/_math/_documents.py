@@ -18,22 +18,30 @@ from .._lib._typing import Array, Device, DType, Namespace
 __all__ = ["positions_in_runs", "runs_from_cu_seqlens", "runs_from_segments", "segmented_cumsum"]
 
 
-def runs_from_cu_seqlens(cu: Array, n: Any, xp: Namespace, device: Device, dtype: DType) -> Array:
+def runs_from_cu_seqlens(
+    cu: Array, n: Any, xp: Namespace, device: Device, dtype: DType, search: bool = True
+) -> Array:
     """``(n,)``: the document of every token of a packed sequence (``cu``: ``(n_docs + 1,)``,
-    checked elsewhere: 0 first, non-decreasing, ``n`` last)."""
+    checked elsewhere: 0 first, non-decreasing, ``n`` last).  ``search``: ``searchsorted`` may
+    be used (it returns the default index dtype, which a device may lack)."""
     t = xp.arange(n, dtype=dtype, device=device)
     ends = cu[1:] if cu.dtype == dtype else xp.astype(cu[1:], dtype)
-    if hasattr(xp, "searchsorted"):
+    if search and hasattr(xp, "searchsorted"):
         doc = xp.searchsorted(ends, t, side="right")
         return doc if doc.dtype == dtype else xp.astype(doc, dtype)
-    return xp.sum(xp.astype(ends[None, :] <= t[:, None], dtype), axis=1, dtype=dtype)  # pragma: no cover
+    return xp.sum(xp.astype(ends[None, :] <= t[:, None], dtype), axis=1, dtype=dtype)  # one per document
 
 
-def runs_from_segments(seg: Array, xp: Namespace, dtype: DType) -> Array:
-    """``(..., N)``: run ids of segment ids ``seg`` (a new run wherever the id changes)."""
+def runs_from_segments(seg: Array, xp: Namespace, dtype: DType, cumsum: Any = None) -> Array:
+    """``(..., N)``: run ids of segment ids ``seg`` (a new run wherever the id changes);
+    ``cumsum(x, axis)``: the library's own cumulative sum, where the namespace's is a wrapper."""
     change = xp.astype(seg[..., 1:] != seg[..., :-1], dtype)
     zero = xp.zeros_like(change[..., :1])
-    return xp.cumulative_sum(xp.concat([zero, change], axis=-1), axis=-1)
+    marks = xp.concat([zero, change], axis=-1)
+    if cumsum is not None:
+        out = cumsum(marks, -1)
+        return out if out.dtype == dtype else xp.astype(out, dtype)
+    return xp.cumulative_sum(marks, axis=-1, dtype=dtype)
 
 
 def positions_in_runs(runs: Array, xp: Namespace) -> Array:
@@ -42,7 +50,7 @@ def positions_in_runs(runs: Array, xp: Namespace) -> Array:
     ``t`` where a run begins: a running maximum, by doubling (log2 N steps of shift and maximum)."""
     n = runs.shape[-1]
     dt = runs.dtype
-    t = xp.astype(xp.arange(n, device=getattr(runs, "device", None)), dt)
+    t = xp.arange(n, dtype=dt, device=getattr(runs, "device", None))
     first = xp.concat([xp.ones_like(runs[..., :1], dtype=xp.bool), runs[..., 1:] != runs[..., :-1]], axis=-1)
     start = xp.where(first, xp.broadcast_to(t, runs.shape), xp.zeros_like(runs))
     d = 1
