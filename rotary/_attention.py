@@ -17,7 +17,7 @@ from ._lib._compat import array_namespace, index_dtype, is_array, not_an_array
 from ._lib._compat import device as be_device
 from ._lib._typing import Array, RotaryEmbedding
 from ._math._groups import merge_heads, split_heads
-from ._packing import Docs, documents, implied_positions
+from ._packing import Docs, documents, implied_positions, unnest
 from ._rope import default_rope, eager_positions
 
 __all__ = ["attention"]
@@ -95,6 +95,24 @@ def attention(
         chk.check_array(x, name, what)
     xp = array_namespace(q, k, v, mask, names=("q", "k", "v", "mask"))
     be = backend_for(xp)
+    nested = unnest(be, q, k, v, pos)
+    if nested is not None:  # nested q, k, v: their values, the documents their offsets
+        if cu_seqlens is not None or segment_ids is not None or k_pos is not None or mask is not None:
+            raise ValueError(
+                "nested q, k and v carry their documents: pass no cu_seqlens=, segment_ids=, k_pos= or mask="
+            )
+        out = attention(
+            nested.q,
+            nested.k,
+            nested.v,
+            nested.pos,
+            rope=rope,
+            causal=causal,
+            scale=scale,
+            block_size=block_size,
+            cu_seqlens=nested.offsets,
+        )
+        return nested.wrap(out)
     statics: tuple[Any, ...] = (rope, causal, scale, block_size)
     docs = None
     if cu_seqlens is not None or segment_ids is not None:

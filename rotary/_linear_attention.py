@@ -51,7 +51,7 @@ from ._lib._compat import array_namespace, is_array, library_name, namespace_of,
 from ._lib._typing import Array, Device, DType, FeatureMapName, Namespace, RotaryEmbedding, Similarity
 from ._math import _documents, _linear
 from ._math._groups import merge_heads, split_heads
-from ._packing import Docs, documents, implied_positions
+from ._packing import Docs, documents, implied_positions, unnest
 from ._rope import Rotary, default_rope, eager_positions
 
 __all__ = ["FEATURE_MAPS", "LinearAttentionState", "combine", "linear_attention", "linear_attention_state"]
@@ -956,6 +956,32 @@ def linear_attention(
     """
     xp = namespace_of(q, k, v, names=("q", "k", "v"))
     be = backend_for(xp)
+    nested = unnest(be, q, k, v, pos)
+    if nested is not None:  # nested q, k, v: their values, the documents their offsets
+        if cu_seqlens is not None or segment_ids is not None or k_pos is not None:
+            raise ValueError(
+                "nested q, k and v carry their documents: pass no cu_seqlens=, segment_ids= or k_pos="
+            )
+        res = linear_attention(
+            nested.q,
+            nested.k,
+            nested.v,
+            nested.pos,
+            rope=rope,
+            causal=causal,
+            feature_map=feature_map,
+            similarity=similarity,
+            eps=eps,
+            chunk_size=chunk_size,
+            state=state,
+            return_state=return_state,
+            key_mask=key_mask,
+            decay=decay,
+            log_gate=log_gate,
+            normalize=normalize,
+            cu_seqlens=nested.offsets,
+        )
+        return (nested.wrap(res[0]), res[1]) if isinstance(res, tuple) else nested.wrap(res)
     statics: tuple[Any, ...] = (rope, causal, feature_map, similarity, eps, chunk_size, normalize)
     if be.jit_eagerly() and _jittable(statics):
         statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)

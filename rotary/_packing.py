@@ -16,7 +16,7 @@ from ._lib._compat import array_namespace, host_values, is_array, library_name
 from ._lib._typing import Array, Device
 from ._math import _documents
 
-__all__ = ["Docs", "documents", "implied_positions", "positions_along"]
+__all__ = ["Docs", "Unnested", "documents", "implied_positions", "positions_along", "unnest"]
 
 
 class Docs(NamedTuple):
@@ -139,3 +139,48 @@ def _known_total(be: Backend, cu: Any) -> int | None:
     if host is None or host.size == 0:
         return None
     return int(host.reshape(-1)[-1])
+
+
+class Unnested(NamedTuple):
+    """Nested q, k, v (and positions) as flat arrays with the tokens along axis -2, their
+    documents' offsets (``cu_seqlens``), and how to nest an output like ``q``."""
+
+    q: Array
+    k: Array
+    v: Array
+    pos: Any
+    offsets: Array
+    wrap: Any
+
+
+def unnest(be: Backend, q: Array, k: Array, v: Array, pos: Any) -> Unnested | None:
+    """Nested (jagged) ``q``, ``k``, ``v`` as their values, tokens along axis -2 (``None`` when
+    none of them is nested): the attentions serve nested arrays in their own layout."""
+    js = [be.jagged(x) for x in (q, k, v)]
+    if all(j is None for j in js):
+        return None
+    if any(j is None for j in js):
+        raise TypeError(
+            "q, k and v must all be nested (the same documents) or all dense; to mix, pass the nested "
+            "ones' flat values with cu_seqlens=x.offsets()"
+        )
+    jq, jk, jv = js
+    be.check_same_documents(jq, jk, "q", "k")
+    be.check_same_documents(jq, jv, "q", "v")
+    xp = be.xp
+
+    def flat(j: Any) -> Array:
+        return j.values if j.axis == -2 else xp.moveaxis(j.values, j.axis, -2)
+
+    p = pos
+    if pos is not None:
+        jp = be.jagged(pos)
+        if jp is None:
+            raise TypeError("q, k and v are nested: pos must be nested too (one position per token), or None")
+        be.check_same_documents(jq, jp, "q", "pos")
+        p = jp.values
+
+    def wrap(out: Array) -> Array:
+        return jq.wrap(out if jq.axis == -2 else xp.moveaxis(out, -2, jq.axis))
+
+    return Unnested(flat(jq), flat(jk), flat(jv), p, jq.offsets, wrap)

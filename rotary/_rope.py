@@ -114,6 +114,10 @@ class Rotary:
         # (NumPy for Python values)
         xp = as_namespace(xp) if xp is not None else array_namespace(pos, names=("pos",))
         be = backend_for(xp)
+        jp = be.jagged(pos)
+        if jp is not None:  # nested positions: nested cos and sin of the same documents
+            c, s = self.cos_sin(jp.values, xp=xp, device=device, dtype=dtype, full=full)
+            return jp.wrap(c), jp.wrap(s)
         dtype = xp.float32 if dtype is None else dtype
         if not v.is_floating(dtype):
             raise TypeError(f"dtype must be a real floating dtype, got {v.dtype_name(dtype)}")
@@ -144,12 +148,13 @@ class Rotary:
                 raise _foreign_dtype(dtype, be) from None
         return c, s
 
-    def rotate(self, x: Array, pos: Any) -> Array:
+    def rotate(self, x: Array, pos: Any = None) -> Array:
         """Rotate one array ``x`` of shape ``(..., head_dim)`` at positions ``pos``.
 
         ``pos`` broadcasts against ``x.shape[:-1]``; it is an array of ``x``'s library, a
         NumPy array or Python values.  Returns an array of ``x``'s namespace, device, shape
-        and dtype.
+        and dtype.  A nested (jagged) ``x`` is rotated in its own layout: ``pos`` nested alike,
+        or ``None`` (each document from position 0); the result is nested alike.
 
         Examples
         --------
@@ -162,6 +167,9 @@ class Rotary:
         """
         xp = namespace_of(x, names=("x",))
         be = backend_for(xp)
+        j = be.jagged(x)
+        if j is not None:
+            return j.wrap(self.rotate(j.values, be.jagged_positions(j, pos, "pos", "x")))
         sig = be.signature(x, pos)
         if sig is None or memo_get((self, "rotate", sig)) is MISSING:
             v.check_head_array(x, "x", self.head_dim)
@@ -175,11 +183,13 @@ class Rotary:
             return be.map_positions(self.rotate, x, p, name="x", pos_name="pos")
         return self._rotate(be, x, p, rng, dev)
 
-    def apply(self, q: Array, k: Array, pos: Any, *, k_pos: Any = None) -> tuple[Array, Array]:
+    def apply(self, q: Array, k: Array, pos: Any = None, *, k_pos: Any = None) -> tuple[Array, Array]:
         """Rotate queries and keys; ``k_pos`` (default ``pos``) gives the keys' positions.
 
         ``q`` and ``k`` may have different head counts (grouped-query attention) and, with
-        ``k_pos``, different sequence lengths (a KV cache).
+        ``k_pos``, different sequence lengths (a KV cache).  Nested (jagged) ``q`` and ``k`` of
+        the same documents are rotated in their own layout (``pos`` nested alike, or ``None``:
+        each document from position 0).
 
         Examples
         --------
@@ -192,6 +202,9 @@ class Rotary:
         """
         xp = namespace_of(q, k, names=("q", "k"))
         be = backend_for(xp)
+        jq, jk = be.jagged(q), be.jagged(k)
+        if jq is not None or jk is not None:
+            return _apply_jagged(self, be, jq, jk, pos, k_pos)
         sig = be.signature(q, k, pos, k_pos)
         key = (self, "apply", sig)
         plan: Any = MISSING if sig is None else memo_get(key)
@@ -278,6 +291,30 @@ class Rotary:
     ) -> tuple[Array, Array]:
         c, s = self._cos_sin_for(be, q, p, rng, dev)
         return be.rotate_both(q, k, c, s, layout=self.layout, rotary_dim=self._width)
+
+
+def _apply_jagged(rope: Rotary, be: Backend, jq: Any, jk: Any, pos: Any, k_pos: Any) -> tuple[Array, Array]:
+    """:meth:`Rotary.apply` of nested queries and keys: their values, one position per token."""
+    if jq is None or jk is None:
+        raise TypeError(
+            "q and k must both be nested (the same documents) or both dense; got one of each: pass "
+            "the flat values of the nested one with cu_seqlens=x.offsets() to rotary.apply"
+        )
+    be.check_same_documents(jq, jk, "q", "k")
+    if k_pos is not None:
+        raise ValueError("nested q and k share their documents and positions: pass pos= alone (nested)")
+    pq = be.jagged_positions(jq, pos, "pos", "q")
+    pk = (
+        pq
+        if jq.axis == jk.axis and jq.values.ndim == jk.values.ndim
+        else be.jagged_positions(jk, pos, "pos", "k")
+    )
+    qr, kr = (
+        rope.apply(jq.values, jk.values, pq)
+        if pk is pq
+        else (rope.rotate(jq.values, pq), rope.rotate(jk.values, pk))
+    )
+    return jq.wrap(qr), jk.wrap(kr)
 
 
 # The jitted cores of JAX eager calls (static: the rotation, its backend, the device and the

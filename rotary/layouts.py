@@ -114,6 +114,15 @@ def convert_layout(
         raise not_an_array("x", x)
     xp = array_namespace(x, names=("x",))
     be = backend_for(xp)
+    j = be.jagged(x)
+    if j is not None:  # a nested array: its values converted, in its own layout
+        if isinstance(axis, bool) or not isinstance(axis, int) or axis >= 0 or axis == j.axis:
+            raise ValueError(
+                f"x is nested: axis must count from the end and not be its token axis ({j.axis}), "
+                f"got {axis!r}"
+            )
+        out = convert_layout(j.values, src, dst, axis=axis, head_dim=head_dim, rotary_dim=rotary_dim)
+        return j.wrap(out)
     src = v.check_layout_name(src, "src")
     dst = v.check_layout_name(dst, "dst")
     be.check_dense([("x", x)])

@@ -7,6 +7,8 @@ gradients; ``cu_seqlens`` and segment ids; bad boundaries refused with one clear
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -31,7 +33,7 @@ def _docs(kind, backend):
 
 
 def _spans():
-    return [(int(a), int(b)) for a, b in zip(CU[:-1], CU[1:], strict=True)]
+    return [(int(a), int(b)) for a, b in itertools.pairwise(CU)]
 
 
 def _qkv(backend, rng, dtype="float32", lead=(H,)):

@@ -12,7 +12,7 @@ so the same bits); ``tests/test_fast_paths.py`` proves it through
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -174,6 +174,55 @@ class Backend:
         """A trace (``jax.jit``, ``torch.compile``) is being recorded: nothing may be built
         for the cache from traced operations."""
         return False
+
+    def jagged(self, x: Any) -> Jagged | None:
+        """``x`` as the flat values of a nested (jagged) array and where its documents start, or
+        ``None``: not nested (a library with nested arrays overrides it)."""
+        return None
+
+    def jagged_positions(self, j: Jagged, pos: Any, name: str, x_name: str) -> Array:
+        """Positions for the values of the nested ``x_name`` (``j``): ``pos`` a nested array of the
+        same documents (its values), or ``None`` (0 at every document's first token); shaped to
+        broadcast against ``j.values.shape[:-1]``."""
+        xp = self.xp
+        nv = j.values.ndim
+        a = nv + j.axis  # the token axis
+        if pos is None:
+            from .._math import _documents
+
+            dev = self.creation_device(j.values)
+            dt = xp.int64 if self.has_int64(dev) else xp.int32
+            offsets = j.offsets if j.offsets.dtype == dt else xp.astype(j.offsets, dt)
+            runs = _documents.runs_from_cu_seqlens(
+                offsets, j.values.shape[a], xp, dev, dt, self.has_int64(dev)
+            )
+            flat = _documents.positions_in_runs(runs, xp)
+        else:
+            jp = self.jagged(pos)
+            if jp is None:
+                raise TypeError(
+                    f"{x_name} is nested: {name} must be nested too (one position per token, the same "
+                    f"documents), or None (each document from position 0)"
+                )
+            self.check_same_documents(j, jp, x_name, name)
+            flat = jp.values
+            if flat.ndim != 1:
+                raise ValueError(
+                    f"{name} must be a nested array of one position per token (shape (docs, tokens)), "
+                    f"got values of shape {tuple(flat.shape)}"
+                )
+        return xp.reshape(flat, (flat.shape[0], *(1,) * (nv - 2 - a)))
+
+    def check_same_documents(self, a: Jagged, b: Jagged, a_name: str, b_name: str) -> None:
+        """Two nested arrays hold the same documents (their offsets agree where they can be read)."""
+        ha, hb = self.readable_values(a.offsets), self.readable_values(b.offsets)
+        if ha is None or hb is None:
+            return
+        if ha.shape != hb.shape or (ha != hb).any():
+            raise ValueError(
+                f"{a_name} and {b_name} hold different documents (offsets {ha.tolist()} and {hb.tolist()}): "
+                "nested arrays of one packed sequence must share their offsets"
+            )
 
     def sizes_symbolic(self) -> bool:
         """Sizes may be symbolic while they look like Python ints (``torch.compile``): a size
@@ -516,6 +565,17 @@ class Backend:
         """``fn`` compiled once per static configuration where the library has a compiler
         that pays off eagerly (JAX); else ``fn``."""
         return fn
+
+
+class Jagged(NamedTuple):
+    """A nested array with one ragged (token) axis: ``values`` (every document's tokens, one
+    after another, along axis ``axis``), ``offsets`` (``cu_seqlens``: ``(n_docs + 1,)``), and
+    ``wrap(values)``: values of the same token layout as a nested array of the same structure."""
+
+    values: Array
+    offsets: Array
+    axis: int
+    wrap: Callable[[Array], Array]
 
 
 def library_name_of(x: Array) -> str:

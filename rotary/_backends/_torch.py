@@ -41,7 +41,7 @@ from .._lib import _validation as v
 from .._lib._cache import fast_paths_enabled, get_or_build, register_library
 from .._lib._typing import Array, Device, DType, Layout, Namespace
 from . import _eager
-from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, sized
+from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, Jagged, sized
 
 __all__ = ["TorchBackend"]
 
@@ -470,8 +470,40 @@ class TorchBackend(Backend):
         from .._lib._validation import not_dense
 
         for name, a in arrays:
+            if a.layout == torch.jagged:
+                raise TypeError(
+                    f"{name} is a nested tensor (layout torch.jagged), which this function does not take "
+                    "beside dense arrays: pass every sequence argument nested (q, k, v, and positions as a "
+                    "nested tensor or none), or the flat values with cu_seqlens=x.offsets()"
+                )
+            if a.is_nested:
+                raise TypeError(
+                    f"{name} is a nested tensor of layout torch.strided (rotary serves torch.jagged): "
+                    f"rebuild it with torch.nested.nested_tensor(list({name}.unbind()), layout=torch.jagged)"
+                )
             if a.layout != torch.strided:
                 raise not_dense(name, a.layout)
+
+    def jagged(self, x: Any) -> Jagged | None:
+        if not (isinstance(x, torch.Tensor) and x.is_nested):
+            return None
+        if x.layout != torch.jagged:
+            raise TypeError(
+                "nested tensors of layout torch.strided are not served (rotary serves torch.jagged): "
+                "rebuild it with torch.nested.nested_tensor(list(x.unbind()), layout=torch.jagged)"
+            )
+        ragged = x._ragged_idx
+        values, offsets = x.values(), x.offsets()
+        if x.lengths() is not None:
+            raise TypeError(
+                "a nested tensor with holes (lengths= beside offsets) is not served: rebuild it with "
+                "torch.nested.nested_tensor(list(x.unbind()), layout=torch.jagged)"
+            )
+
+        def wrap(out: Array) -> Array:
+            return torch.nested.nested_tensor_from_jagged(out, offsets, jagged_dim=ragged)
+
+        return Jagged(values, offsets, ragged - 1 - values.ndim, wrap)
 
     def tracing(self) -> bool:
         return bool(torch.compiler.is_compiling() or _jit_tracing() is not None)
