@@ -10,6 +10,8 @@ one run (interleaved rounds, :func:`benchmarks._timing.compare`):
   ``(S, z)``; target: rotary at most 1.1x), non-causal (two einsums; at most 1.1x), a decoding
   step (one token from a state; at most 1.3x), and flash-linear-attention's naive chunk where
   ``fla`` is installed;
+* packed documents (10,000 of 1-16 tokens, 4 of 16k) against one unpacked call of the same
+  tokens: at most 1.2x;
 * peak memory beyond the output at 64k (NumPy: tracemalloc; torch: the resident set, sampled
   in a fresh process): at most 0.25x the output;
 * time against length, 4k to 256k tokens (torch): the slope of log time on log N, 1.0 +- 0.1;
@@ -477,6 +479,89 @@ def versus(libs: tuple[str, ...], *, quick: bool, verbose: bool = True) -> list[
     return rows
 
 
+# -- packed documents --------------------------------------------------------------------------------
+PACKED_TARGET = 1.2
+
+
+def _packings(quick: bool) -> list[tuple[str, np.ndarray]]:
+    """``(label, document lengths)``: 10,000 documents of 1 to 16 tokens, and 4 of 16k (quick:
+    1,000 and 4 of 2k)."""
+    rng = np.random.default_rng(0)
+    many = rng.integers(1, 17, size=1000 if quick else 10000)
+    n = 2048 if quick else 16384
+    return [(f"{many.size} documents of 1-16 tokens", many), (f"4 documents of {n // 1024}k", np.full(4, n))]
+
+
+def packed_rows(libs: tuple[str, ...], *, quick: bool, verbose: bool = True) -> list[dict]:
+    """Causal linear attention of packed documents (``cu_seqlens``; segment ids under ``jax.jit``)
+    against one unpacked call of the same tokens, side by side: no Python loop over documents."""
+    import rotary
+
+    from ._timing import compare
+
+    rows = []
+    label = {"numpy": "numpy", "torch": "torch", "jax": "jax.jit"}
+    for what, lengths in _packings(quick):
+        cu = np.concatenate([[0], np.cumsum(lengths)])
+        n = int(cu[-1])
+        qn, kn, vn, _ = _vs_inputs(n)
+        pos = rotary.positions.from_cu_seqlens(cu)
+        seg = np.repeat(np.arange(lengths.size), lengths)
+        for lib in libs:
+            if lib == "numpy":
+                q, k, v, p, c = qn, kn, vn, pos, cu
+                cases = {
+                    "unpacked": lambda q=q, k=k, v=v, p=p: rotary.linear_attention(q, k, v, p, causal=True),
+                    "packed": lambda q=q, k=k, v=v, p=p, c=c: rotary.linear_attention(
+                        q, k, v, p, causal=True, cu_seqlens=c
+                    ),
+                }
+            elif lib == "torch":
+                try:
+                    import torch
+                except ImportError:
+                    continue
+                q, k, v, p, c = (torch.from_numpy(x) for x in (qn, kn, vn, pos, cu))
+                cases = {
+                    "unpacked": lambda q=q, k=k, v=v, p=p: rotary.linear_attention(q, k, v, p, causal=True),
+                    "packed": lambda q=q, k=k, v=v, p=p, c=c: rotary.linear_attention(
+                        q, k, v, p, causal=True, cu_seqlens=c
+                    ),
+                }
+            else:
+                try:
+                    import jax
+                    import jax.numpy as jnp
+                except ImportError:
+                    continue
+                q, k, v = (jnp.asarray(x) for x in (qn, kn, vn))
+                p, sg = jnp.asarray(pos, dtype=jnp.int32), jnp.asarray(seg, dtype=jnp.int32)
+                un = jax.jit(lambda q, k, v, p: rotary.linear_attention(q, k, v, p, causal=True))
+                pk = jax.jit(
+                    lambda q, k, v, p, s: rotary.linear_attention(q, k, v, p, causal=True, segment_ids=s)
+                )
+                cases = {
+                    "unpacked": lambda q=q, k=k, v=v, p=p, f=un: jax.block_until_ready(f(q, k, v, p)),
+                    "packed": lambda q=q, k=k, v=v, p=p, s=sg, f=pk: jax.block_until_ready(f(q, k, v, p, s)),
+                }
+            t = compare(cases, reps=2 if quick else 3, warmup=1)
+            ratio = t.ratio("packed", "unpacked")
+            rows.append(_row(label[lib], f"causal, {what} (N={n}): unpacked", t["unpacked"] * 1e3))
+            rows.append(
+                _row(
+                    label[lib],
+                    f"causal, {what} (N={n}): packed",
+                    t["packed"] * 1e3,
+                    ratio,
+                    "unpacked",
+                    PACKED_TARGET,
+                )
+            )
+            if verbose:
+                print(f"{label[lib]:8} packed {what:30} {ratio:6.3f} x unpacked", flush=True)
+    return rows
+
+
 # -- memory beyond the output ----------------------------------------------------------------------
 _PEAK_SCRIPT = """
 import ctypes, os, threading, time, tracemalloc, numpy as np
@@ -610,6 +695,7 @@ def suite_rows(quick: bool, *, verbose: bool = False) -> list[dict]:
     """Every row of this benchmark, as ``python3 -m benchmarks`` records them."""
     libs = ("torch", "numpy", "jax")
     rows = versus(libs, quick=quick, verbose=verbose)
+    rows += packed_rows(libs, quick=quick, verbose=verbose)
     rows += memory_rows(libs, quick=quick)
     rows += slope_rows(quick=quick, verbose=verbose)
     soft = run(
@@ -673,7 +759,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown backend {bad}; choose from: numpy, torch, jax")
     _set_threads(a.threads)
     t0 = time.perf_counter()
-    rows = versus(backends, quick=a.quick) + memory_rows(backends, quick=a.quick)
+    rows = versus(backends, quick=a.quick) + packed_rows(backends, quick=a.quick)
+    rows += memory_rows(backends, quick=a.quick)
     if "torch" in backends:
         rows += slope_rows(quick=a.quick)
     from .__main__ import print_table

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import warnings
 
-import numpy as np
 import pytest
 
 import rotary
@@ -37,7 +36,7 @@ def test_rotate_apply_serve_nested_in_their_layout(rng):
     for got, doc in zip(out.unbind(), x.unbind(), strict=True):
         want = rotary.rotate(doc, torch.arange(doc.shape[0])[:, None])
         torch.testing.assert_close(got, want, rtol=0, atol=0)
-    qr, kr = rotary.apply(x, k)  # built separately (237a6c9: AttributeError)
+    _qr, kr = rotary.apply(x, k)  # built separately (237a6c9: AttributeError)
     for got, doc in zip(kr.unbind(), k.unbind(), strict=True):
         torch.testing.assert_close(
             got, rotary.rotate(doc, torch.arange(doc.shape[0])[:, None]), rtol=0, atol=0
