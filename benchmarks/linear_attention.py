@@ -241,6 +241,37 @@ def plot(rows: list[dict], path: str) -> None:
     plt.close(fig)
 
 
+def plot_packing(path: str) -> None:
+    """Which keys each query sees in a packed sequence (3 documents of 5, 3 and 4 tokens, causal):
+    drawn from rotary itself, ``rotary.attention`` of equal scores and one-hot values with
+    ``cu_seqlens`` (each query spreads its weight evenly over the keys it sees)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import rotary
+
+    cu = np.array([0, 5, 8, 12])
+    n = int(cu[-1])
+    z = np.zeros((1, n, 2))
+    seen = np.asarray(rotary.attention(z, z, np.eye(n)[None], causal=True, cu_seqlens=cu))[0] > 0
+    fig, ax = plt.subplots(figsize=(4.2, 4.2), dpi=100)
+    ax.imshow(seen, cmap="Blues", vmin=0, vmax=1.4)
+    for b in cu[1:-1]:
+        ax.axhline(b - 0.5, color="k", lw=0.8)
+        ax.axvline(b - 0.5, color="k", lw=0.8)
+    ax.set_xlabel("key (token of the packed sequence)")
+    ax.set_ylabel("query")
+    ax.set_title("cu_seqlens = [0, 5, 8, 12], causal")
+    ax.set_xticks(range(n))
+    ax.set_yticks(range(n))
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def _rows_for_suite(rows: list[dict], checks: list[dict]) -> list[dict]:
     """Rows in the format of ``python3 -m benchmarks`` (section, backend, case, ms, ratio, ...)."""
     out = []
@@ -745,7 +776,13 @@ def main(argv: list[str] | None = None) -> int:
         "--plot", default=None, help="save the scaling plot here (PNG), from this run's rows or --from's"
     )
     p.add_argument("--from", dest="source", default=None, help="plot the rows of this JSON file (no run)")
+    p.add_argument(
+        "--packing-plot", default=None, help="draw which keys each query sees when packed (PNG; no run)"
+    )
     a = p.parse_args(argv)
+    if a.packing_plot:
+        plot_packing(a.packing_plot)
+        return 0
     if a.source:
         if not a.plot:
             p.error("--from needs --plot")
