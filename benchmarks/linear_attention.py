@@ -706,7 +706,7 @@ def slope_rows(*, quick: bool, verbose: bool = True) -> list[dict]:
     rows.append(
         _row(
             "torch",
-            f"|slope - 1| of log time on log N, {lo}k..{hi}k (slope {slope:.3f})",
+            f"abs(slope - 1) of log time on log N, {lo}k..{hi}k (slope {slope:.3f})",
             None,
             abs(slope - 1.0),
             "linear in N",

@@ -7,7 +7,7 @@ from typing import Any
 
 from ._backends import backend_for
 from ._lib import _validation as v
-from ._lib._compat import array_namespace, is_array
+from ._lib._compat import array_namespace
 from ._lib._typing import AngleMethod, Array, Layout, PartialMode
 from ._packing import positions_along
 from ._rope import RoPE, rope_of
@@ -71,9 +71,7 @@ def rotate(
 def _implied(x: Any, name: str, pos: Any, cu_seqlens: Any, segment_ids: Any) -> Any:
     """``pos``, or the positions that packed documents imply (0 at each document's start)."""
     if cu_seqlens is None and segment_ids is None:
-        if pos is None and not _nested(x):
-            raise TypeError("pos is required (the positions of the tokens), or cu_seqlens= / segment_ids=")
-        return pos
+        return pos  # (None: the positions' own check names it, unless x is nested)
     if pos is not None:
         raise ValueError(
             "pass pos= or the documents (cu_seqlens= / segment_ids=), not both: the documents imply "
@@ -86,13 +84,6 @@ def _implied(x: Any, name: str, pos: Any, cu_seqlens: Any, segment_ids: Any) -> 
             f"{name} is nested: its documents are its own (offsets); pass no cu_seqlens= / segment_ids="
         )
     return positions_along(be, x, cu_seqlens, segment_ids, name)
-
-
-def _nested(x: Any) -> bool:
-    """``x`` is a nested array (a strided nested torch tensor is refused here, naming the remedy)."""
-    if not is_array(x):
-        return False
-    return backend_for(array_namespace(x)).jagged(x) is not None
 
 
 def apply(

@@ -1387,6 +1387,7 @@ def _doc_states(
             e = None if e is None else e * w
         S, z = acc
         t = b.shape[-2]
+        assert rb is not None
         for lo in range(0, t, size):
             hi = min(lo + size, t)
             outer = b[..., lo:hi, :, None] * vc[..., lo:hi, None, :]
@@ -1634,7 +1635,7 @@ def _causal_part(
             return after, o
         den = None if ch.c is None else xp.zeros((*_out_lead(ch), 0), dtype=dt, device=dev)
         return after, (o, den)
-    if known and t == 1 and not kw:  # a decoding step: a few small kernels
+    if known and t == 1 and not kw.get("strict") and kw.get("divided", True):  # a decoding step
         if carry is None:
             carry = _linear.Carry(*_empty_state(ch, xp), None)
             carry = _linear.Carry(carry.S * 0, None if carry.z is None else carry.z * 0, None)

@@ -68,7 +68,7 @@ def documents(
                 )
         runs = _documents.runs_from_cu_seqlens(cu, n, xp, dev, idt, be.has_int64(dev))
         return Docs(runs, cu, int(cu.shape[0]) - 1)
-    seg = segment_ids
+    seg: Any = segment_ids
     if not is_array(seg) or library_name(array_namespace(seg)) != be.name:
         seg, _ = _int_array(be, seg, "segment_ids", dev)
     if not chk.is_integral(seg.dtype) and not xp.isdtype(seg.dtype, "bool"):
@@ -83,7 +83,7 @@ def documents(
     return Docs(_documents.runs_from_segments(seg, xp, idt, be.cumsum), None, None)
 
 
-def _int_array(be: Backend, x: Any, name: str, device: Device) -> tuple[Array, Any]:
+def _int_array(be: Backend, x: Any, name: str, device: Device) -> tuple[Any, Any]:
     """``x`` as an integer array of ``be``, and its values where they can be read (host values
     always: they are checked before they move)."""
     if is_array(x) and library_name(array_namespace(x)) == be.name:
@@ -165,6 +165,7 @@ def unnest(be: Backend, q: Array, k: Array, v: Array, pos: Any) -> Unnested | No
             "ones' flat values with cu_seqlens=x.offsets()"
         )
     jq, jk, jv = js
+    assert jq is not None and jk is not None and jv is not None
     be.check_same_documents(jq, jk, "q", "k")
     be.check_same_documents(jq, jv, "q", "v")
     xp = be.xp

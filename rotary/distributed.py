@@ -356,6 +356,7 @@ def sequence_parallel_linear_attention(
     for bad in ("state", "return_state", "key_mask", "k_pos"):
         if bad in kwargs:
             raise TypeError(f"sequence_parallel_linear_attention does not take {bad}=")
+    _no_documents(kwargs, "sequence_parallel_linear_attention")
     q, k, v = (jnp.asarray(a) for a in (q, k, v))
     if not (q.ndim == k.ndim == v.ndim >= 2):
         raise ValueError(
@@ -409,6 +410,18 @@ def sequence_parallel_linear_attention(
 
     fn: Callable = jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec, pspec), out_specs=spec)
     return fn(*(_place(a, mesh, s) for a, s in ((q, spec), (k, spec), (v, spec), (pos, pspec))))
+
+
+def _no_documents(kwargs: dict[str, Any], name: str) -> None:
+    """Packed documents across shards are not served yet: each shard would read the boundaries as
+    its own (a silent wrong answer), so they are refused."""
+    for bad in ("cu_seqlens", "segment_ids", "decay", "log_gate"):
+        if kwargs.get(bad) is not None:
+            raise TypeError(
+                f"{name} does not take {bad}= yet (the states of the shards would have to carry documents "
+                "and decay across shard boundaries): run rotary.linear_attention on the whole sequence, or "
+                "causal_linear_attention_dask (a chain of blocks, documents and decay included)"
+            )
 
 
 def _place(x: Array, mesh: Any, spec: Any) -> Array:
@@ -533,6 +546,7 @@ def context_parallel_linear_attention(
     for bad in ("state", "return_state", "key_mask", "k_pos"):
         if bad in kwargs:
             raise TypeError(f"context_parallel_linear_attention does not take {bad}=")
+    _no_documents(kwargs, "context_parallel_linear_attention")
     if not dist.is_initialized():
         raise RuntimeError(
             "context_parallel_linear_attention needs torch.distributed.init_process_group first"

@@ -235,9 +235,30 @@ ARGS: dict[str, Any] = {
     "kind": lambda e: "eva02",
 }
 
+#: Optional parameters given an example all the same (a call without them means something else).
+ALWAYS = frozenset({"pos"})
+
 #: Callables whose examples are not made from their parameters' names alone:
 #: ``(args, kwargs)`` functions of the environment (a list: call with each).
 OVERRIDES: dict[str, Any] = {
+    # plain, packed documents with a state per document, and gates with a state (their outputs and
+    # every array of the states: the caller's own)
+    "rotary.linear_attention": lambda e: [
+        ((ARGS["q"](e), ARGS["k"](e), ARGS["v"](e), e.asarray(np.arange(SEQ))), {"causal": True}),
+        (
+            (ARGS["q"](e), ARGS["k"](e), ARGS["v"](e), None),
+            {"rope": _ropes()[0], "causal": True, "cu_seqlens": np.array([0, 2, SEQ]), "return_state": True},
+        ),
+        (
+            (ARGS["q"](e), ARGS["k"](e), ARGS["v"](e), e.asarray(np.arange(SEQ))),
+            {
+                "causal": True,
+                "decay": 0.9,
+                "return_state": True,
+                "segment_ids": np.array([0] * 3 + [1] * (SEQ - 3)),
+            },
+        ),
+    ],
     "rotary.convert_layout": lambda e: ((ARGS["x"](e), "half", "interleaved"), {}),
     "rotary.layouts.layout_permutation": lambda e: (("half", "interleaved", HEAD), {}),
     "rotary.combine": lambda e: (
@@ -409,7 +430,7 @@ def _examples(qual: str, fn: Any, e: Env, short: str | None = None) -> list[Call
     for p in sig.parameters.values():
         if p.name in ("self", "cls") or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
-        if p.default is not p.empty:
+        if p.default is not p.empty and p.name not in ALWAYS:
             continue
         if p.name not in ARGS:
             raise ValueError(

@@ -215,7 +215,7 @@ class NumpyBackend(Backend):
         lead = np.broadcast_shapes(acc.shape[:-2], x.shape[:-2])
         if acc.shape[:-2] != lead:
             acc = np.broadcast_to(acc, (*lead, *acc.shape[-2:])).copy()
-        np.add.at(acc, (..., ids, slice(None)), x)
+        np.add.at(acc, (..., ids, slice(None)), x)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
         return acc
 
     def _take_rows(self, table: Array, idx: Array) -> Array:

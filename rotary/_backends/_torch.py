@@ -492,9 +492,10 @@ class TorchBackend(Backend):
                 "nested tensors of layout torch.strided are not served (rotary serves torch.jagged): "
                 "rebuild it with torch.nested.nested_tensor(list(x.unbind()), layout=torch.jagged)"
             )
-        ragged = x._ragged_idx
-        values, offsets = x.values(), x.offsets()
-        if x.lengths() is not None:
+        nt: Any = x  # (a NestedTensor: its jagged accessors)
+        ragged = nt._ragged_idx
+        values, offsets = nt.values(), nt.offsets()
+        if nt.lengths() is not None:
             raise TypeError(
                 "a nested tensor with holes (lengths= beside offsets) is not served: rebuild it with "
                 "torch.nested.nested_tensor(list(x.unbind()), layout=torch.jagged)"
