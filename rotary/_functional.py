@@ -7,7 +7,7 @@ from typing import Any
 
 from ._backends import backend_for
 from ._lib import _validation as v
-from ._lib._compat import array_namespace
+from ._lib._compat import array_namespace, is_array
 from ._lib._typing import AngleMethod, Array, Layout, PartialMode
 from ._packing import positions_along
 from ._rope import RoPE, rope_of
@@ -70,6 +70,8 @@ def rotate(
 
 def _implied(x: Any, name: str, pos: Any, cu_seqlens: Any, segment_ids: Any) -> Any:
     """``pos``, or the positions that packed documents imply (0 at each document's start)."""
+    if is_array(x):  # (a nested array of a layout rotary does not serve: refused here, naming the remedy)
+        backend_for(array_namespace(x)).jagged(x)
     if cu_seqlens is None and segment_ids is None:
         return pos  # (None: the positions' own check names it, unless x is nested)
     if pos is not None:
