@@ -13,7 +13,7 @@ from typing import Any
 from ._backends import backend_for
 from ._lib import _validation as chk
 from ._lib._cache import fast_paths_enabled
-from ._lib._compat import array_namespace, index_dtype, is_array, not_an_array
+from ._lib._compat import array_namespace, entry, index_dtype, is_array, not_an_array
 from ._lib._compat import device as be_device
 from ._lib._typing import Array, RotaryEmbedding
 from ._math._groups import merge_heads, split_heads
@@ -26,6 +26,7 @@ __all__ = ["attention"]
 _BLOCK_ELEMENTS = 2**24
 
 
+@entry
 def attention(
     q: Array,
     k: Array,

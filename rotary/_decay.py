@@ -6,13 +6,14 @@ from typing import Any
 
 from ._backends import backend_for
 from ._lib import _validation as v
-from ._lib._compat import array_namespace, is_array
+from ._lib._compat import array_namespace, entry, is_array
 from ._lib._typing import Array
 from ._rope import RoPE
 
 __all__ = ["decay_bound"]
 
 
+@entry
 def decay_bound(distance: Any, dim: int, base: float = 10000.0) -> Array:
     """The long-term decay curve ``(1/(d/2)) * sum_{j=1}^{d/2} |S_j|`` at relative distances.
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from ._backends import backend_for
 from ._lib import _validation as v
-from ._lib._compat import array_namespace, is_array
+from ._lib._compat import array_namespace, entry, is_array
 from ._lib._typing import AngleMethod, Array, Layout, PartialMode
 from ._packing import positions_along
 from ._rope import RoPE, rope_of
@@ -39,6 +39,7 @@ def _rope_for(
     )
 
 
+@entry
 def rotate(
     x: Array,
     pos: Any = None,
@@ -88,6 +89,7 @@ def _implied(x: Any, name: str, pos: Any, cu_seqlens: Any, segment_ids: Any) -> 
     return positions_along(be, x, cu_seqlens, segment_ids, name)
 
 
+@entry
 def apply(
     q: Array,
     k: Array,

@@ -47,7 +47,7 @@ from typing import Any, Literal, NamedTuple, overload
 from ._backends import Backend, backend_for
 from ._lib import _validation as chk
 from ._lib._cache import MISSING, fast_paths_enabled, memo_add, memo_get
-from ._lib._compat import array_namespace, is_array, library_name, namespace_of, not_an_array
+from ._lib._compat import array_namespace, entry, is_array, library_name, namespace_of, not_an_array
 from ._lib._typing import Array, Device, DType, FeatureMapName, Namespace, RotaryEmbedding, Similarity
 from ._math import _documents, _linear
 from ._math._groups import merge_heads, split_heads
@@ -143,6 +143,7 @@ def _check_compatible(a: LinearAttentionState, b: LinearAttentionState) -> None:
             )
 
 
+@entry
 def combine(*states: LinearAttentionState) -> LinearAttentionState:
     """The state of consecutive key blocks, in order (each decayed over the blocks after it).
 
@@ -535,6 +536,7 @@ def _tokens(x: Array | None, n: Any, xp: Namespace) -> Array | None:
 
 
 # -- entry points ------------------------------------------------------------------------------
+@entry
 def linear_attention_state(
     k: Array,
     v: Array,
@@ -833,6 +835,7 @@ def linear_attention(
 ) -> Array | tuple[Array, LinearAttentionState]: ...
 
 
+@entry
 def linear_attention(
     q: Array,
     k: Array,

@@ -20,7 +20,7 @@ from ._backends import Backend, backend_for
 from ._config import RopeConfig, build_constant
 from ._lib import _validation as v
 from ._lib._cache import MISSING, fast_paths_enabled, get_or_build, memo_add, memo_get
-from ._lib._compat import array_namespace, as_namespace, is_array, library_name, namespace_of
+from ._lib._compat import array_namespace, as_namespace, entry, is_array, library_name, namespace_of
 from ._lib._typing import AngleMethod, Array, Device, DType, Layout, Namespace, PartialMode, RotaryEmbedding
 from ._math._angles import float32_angles, float32_recipe
 from ._math._rotation import expand_pairs
@@ -77,6 +77,7 @@ class Rotary:
         return True
 
     # -- public API ----------------------------------------------------------------------------
+    @entry
     def cos_sin(
         self,
         pos: Any,
@@ -148,6 +149,7 @@ class Rotary:
                 raise _foreign_dtype(dtype, be) from None
         return c, s
 
+    @entry
     def rotate(self, x: Array, pos: Any = None) -> Array:
         """Rotate one array ``x`` of shape ``(..., head_dim)`` at positions ``pos``.
 
@@ -183,6 +185,7 @@ class Rotary:
             return be.map_positions(self.rotate, x, p, name="x", pos_name="pos")
         return self._rotate(be, x, p, rng, dev)
 
+    @entry
     def apply(self, q: Array, k: Array, pos: Any = None, *, k_pos: Any = None) -> tuple[Array, Array]:
         """Rotate queries and keys; ``k_pos`` (default ``pos``) gives the keys' positions.
 
@@ -480,6 +483,7 @@ class RoPE(Rotary):
         return f"RoPE({c.head_dim}, base={c.base:g}, layout={c.layout!r}{extra}{sc}{an})"
 
     # -- frequencies ---------------------------------------------------------------------------
+    @entry
     def inv_freq(self, *, xp: Namespace | None = None, device: Device = None, dtype: DType = None) -> Array:
         """Inverse frequencies, shape ``(rotary_dim // 2,)`` (``(head_dim // 2,)`` for
         ``partial="proportional"``).

@@ -46,7 +46,7 @@ from typing import Any
 from ._backends import backend_for
 from ._lib import _validation as chk  # (where v names the values)
 from ._lib import _validation as v
-from ._lib._compat import array_namespace, is_array, library_name, not_an_array
+from ._lib._compat import array_namespace, entry, is_array, library_name, not_an_array
 from ._lib._typing import Array
 from ._linear_attention import LinearAttentionState, linear_attention, linear_attention_state
 
@@ -90,6 +90,7 @@ def _check_shard(n: int, rank: Any, world: Any, sharding: str) -> tuple[int, int
     return rank, world, sharding
 
 
+@entry
 def shard_positions(
     seq_len: int, *, rank: int, world: int, sharding: str = "contiguous", xp: Any = None, device: Any = None
 ) -> Array:
@@ -120,6 +121,7 @@ def shard_positions(
     return xp.asarray(host, device=device)
 
 
+@entry
 def shard_sequence(x: Array, *, rank: int, world: int, sharding: str = "contiguous", axis: int = -2) -> Array:
     """The part of a whole sequence (``axis``, default -2) that ``rank`` holds (:data:`SHARDINGS`):
     what each rank's data loader gives it.  Any array library.
@@ -148,6 +150,7 @@ def shard_sequence(x: Array, *, rank: int, world: int, sharding: str = "contiguo
     return pieces[0] if len(pieces) == 1 else xp.concat(pieces, axis=ax)
 
 
+@entry
 def causal_linear_attention_dask(
     q: Any,
     k: Any,
@@ -236,6 +239,7 @@ def causal_linear_attention_dask(
         return linear_attention(qd, kd, vd, pos, causal=True, return_state=return_state, **kwargs)
 
 
+@entry
 def exclusive_state_scan(state: LinearAttentionState, axis_name: Any) -> LinearAttentionState:
     """The sum of the states of all *earlier* shards: inside JAX's ``shard_map`` along the mesh
     axis ``axis_name`` (a string), or across the ranks of a ``torch.distributed`` process group
@@ -287,6 +291,7 @@ def exclusive_state_scan(state: LinearAttentionState, axis_name: Any) -> LinearA
     return LinearAttentionState(*parts)
 
 
+@entry
 def sequence_parallel_linear_attention(
     q: Array,
     k: Array,
@@ -502,6 +507,7 @@ def _torch_prefixes(
     return out
 
 
+@entry
 def context_parallel_linear_attention(
     q: Array,
     k: Array,

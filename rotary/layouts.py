@@ -25,7 +25,7 @@ import numpy as np
 
 from ._backends import backend_for
 from ._lib import _validation as v
-from ._lib._compat import array_namespace, index_dtype, is_array, not_an_array
+from ._lib._compat import array_namespace, entry, index_dtype, is_array, not_an_array
 from ._lib._typing import Array, Layout
 from ._math._rotation import LAYOUTS, permutation
 
@@ -57,6 +57,7 @@ def layout_permutation(src: Layout, dst: Layout, head_dim: int, rotary_dim: int 
     return np.asarray(permutation(src, dst, hd, r), dtype=np.int64)
 
 
+@entry
 def convert_layout(
     x: Array,
     src: Layout,

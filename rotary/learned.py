@@ -31,7 +31,7 @@ from typing import Any
 
 from ._backends import backend_for
 from ._lib import _validation as v
-from ._lib._compat import array_namespace, as_namespace, is_array, library_name, namespace_of
+from ._lib._compat import array_namespace, as_namespace, entry, is_array, library_name, namespace_of
 from ._lib._typing import Array, Device, DType, Layout, Namespace
 from ._math._rotation import expand_pairs
 from ._rope import RoPE, eager_positions
@@ -39,6 +39,7 @@ from ._rope import RoPE, eager_positions
 __all__ = ["Settings", "apply", "cos_sin", "frequencies", "rotate", "xpos_scale"]
 
 
+@entry
 def frequencies(
     rope: RoPE,
     *,
@@ -88,6 +89,7 @@ def _check_freqs(freqs: Any, xp: Namespace) -> None:
         )
 
 
+@entry
 def cos_sin(pos: Any, freqs: Array, *, dtype: DType = None) -> tuple[Array, Array]:
     """cos and sin of the angles ``pos * freqs`` (or ``sum_a pos[..., a] * freqs[..., a, :]``),
     in ``dtype`` (default: the frequencies' dtype, at least float32), differentiable in ``freqs``.
@@ -144,6 +146,7 @@ def _rotate(
     return out
 
 
+@entry
 def rotate(
     x: Array, pos: Any, freqs: Array, *, layout: Layout = "half", rotary_dim: int | None = None
 ) -> Array:
@@ -168,6 +171,7 @@ def rotate(
     return _rotate(x, p, freqs, layout, rotary_dim, xp, None)
 
 
+@entry
 def xpos_scale(
     pos: Any,
     *,
@@ -200,6 +204,7 @@ def xpos_scale(
     return zeta ** (xp.astype(p, dt)[..., None] / sb)
 
 
+@entry
 def apply(
     q: Array,
     k: Array,

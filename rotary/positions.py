@@ -35,7 +35,7 @@ from ._backends import Backend, backend_for
 from ._config import RopeConfig
 from ._lib import _validation as v
 from ._lib._cache import get_or_build
-from ._lib._compat import array_namespace, as_namespace, host_values, is_array, not_an_array
+from ._lib._compat import array_namespace, as_namespace, entry, host_values, is_array, not_an_array
 from ._lib._typing import Array, Device, DType, Namespace
 from ._rope import RoPE
 from .multiaxis import MRoPE
@@ -147,6 +147,7 @@ def _packed(x: Any, name: str, total: Any, xp: Any, device: Device, *, cu: bool)
 
 
 # -- packed batches -----------------------------------------------------------------------------
+@entry
 def from_lengths(lengths: Any, *, total: int | None = None, xp: Any = None, device: Device = None) -> Array:
     """Positions of a packed sequence of documents of ``lengths`` tokens, restarting at 0 for each.
 
@@ -177,6 +178,7 @@ def from_lengths(lengths: Any, *, total: int | None = None, xp: Any = None, devi
     return _packed(lengths, "lengths", total, xp, device, cu=False)
 
 
+@entry
 def from_cu_seqlens(
     cu_seqlens: Any, *, total: int | None = None, xp: Any = None, device: Device = None
 ) -> Array:
@@ -198,6 +200,7 @@ def from_cu_seqlens(
     return _packed(cu_seqlens, "cu_seqlens", total, xp, device, cu=True)
 
 
+@entry
 def from_attention_mask(mask: Array, *, fill: int = 0) -> Array:
     """Positions from an attention mask, Hugging Face's convention: ``cumsum(mask) - 1``.
 
@@ -257,6 +260,7 @@ def _grids(x: Any, name: str) -> np.ndarray:
     return g.astype(np.int64)
 
 
+@entry
 def mrope_position_ids(
     token_types: Any,
     image_grid_thw: Any = None,
@@ -411,6 +415,7 @@ def mrope_position_ids(
     return xp.asarray(out, dtype=dt, device=dev), xp.asarray(deltas, dtype=dt, device=dev)
 
 
+@entry
 def mrope_text_positions(positions: Any, deltas: Any) -> Array:
     """M-RoPE position ids ``(3, batch, n)`` of text tokens after an image or video prompt.
 
@@ -503,6 +508,7 @@ def _one_set(rope: Any, name: str) -> RoPE:
     return rope
 
 
+@entry
 def shift_keys(k: Array, delta: Any, rope: RoPE | MRoPE) -> Array:
     """Move keys rotated by ``rope`` at positions ``p`` to positions ``p + delta``.
 
@@ -536,6 +542,7 @@ def shift_keys(k: Array, delta: Any, rope: RoPE | MRoPE) -> Array:
     return _rotate(be, _one_set(rope, "rope"), None, k, delta)
 
 
+@entry
 def rerotate_keys(k: Array, pos: Any, src: RoPE, dst: RoPE) -> Array:
     """Re-rotate keys rotated by ``src`` at ``pos`` into the keys ``dst`` gives at ``pos``.
 
@@ -577,6 +584,7 @@ def rerotate_keys(k: Array, pos: Any, src: RoPE, dst: RoPE) -> Array:
     return out if ratio == 1.0 else out * ratio
 
 
+@entry
 def longrope_switch(k: Array, pos: Any, rope: RoPE) -> Array:
     """Re-rotate keys cached with LongRoPE's short factors to its long factors.
 

@@ -44,7 +44,7 @@ import numpy as np
 
 from ._backends import backend_for
 from ._lib import _validation as v
-from ._lib._compat import array_namespace, as_namespace
+from ._lib._compat import array_namespace, as_namespace, entry
 from ._lib._typing import AngleMethod, Array, Namespace
 from .multiaxis import AxialRoPE
 from .scaling import Frequencies
@@ -197,10 +197,12 @@ class VisionRoPE:
         be = backend_for(array_namespace(x))
         return be.eager(_grid_positions, self.grid, h, w, be.has_float64(be.creation_device(x)))
 
+    @entry
     def rotate(self, x: Array, h: int, w: int) -> Array:
         """Rotate tokens ``(..., tokens, head_dim)`` of an ``h x w`` grid."""
         return self.rope.rotate(x, self._positions_for(x, h, w))
 
+    @entry
     def apply(self, q: Array, k: Array, h: int, w: int) -> tuple[Array, Array]:
         """Rotate queries and keys of an ``h x w`` grid."""
         return self.rope.apply(q, k, self._positions_for(q, h, w))

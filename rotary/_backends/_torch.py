@@ -215,6 +215,18 @@ _GRAPH_MAX = 256  # then it starts over (compiled graphs whose constant went rec
 _GRAPH_LOCK = threading.Lock()
 
 
+def _graph_after_fork() -> None:
+    """In a forked child: a new lock, and no names if a thread held the old one at the fork."""
+    global _GRAPH_LOCK
+    if not _GRAPH_LOCK.acquire(blocking=False):
+        _GRAPH_NAMES.clear()
+    _GRAPH_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_graph_after_fork)
+
+
 def _graph_constant_name(build: ConstantBuilder, plain: Any, kind: str, device: Any, dtype: Any) -> str:
     """The attribute of :data:`_GRAPH_CONSTANTS` holding this constant (built here, for real,
     outside every mode: a plain tensor)."""

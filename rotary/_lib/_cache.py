@@ -144,11 +144,21 @@ def _env_limit() -> int:
 
 
 class _Cache:
+    """Entries in least-recently-used order, each with its bytes.
+
+    The bytes held are recomputed from the entries, never kept as a running count, so an
+    interrupt (``KeyboardInterrupt``, a signal handler's exception) between any two bytecodes
+    leaves the accounting true; the lock is re-made in a forked child (:func:`_after_fork`)."""
+
     def __init__(self, limit: int) -> None:
         self._data: collections.OrderedDict[Hashable, tuple[Any, int]] = collections.OrderedDict()
         self._lock = threading.RLock()
         self.limit = limit
-        self.nbytes = self.hits = self.misses = self.evictions = 0
+        self.hits = self.misses = self.evictions = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum([n for _, n in list(self._data.values())])
 
     def get(self, key: Hashable) -> Any:
         with self._lock:
@@ -162,29 +172,36 @@ class _Cache:
 
     def put(self, key: Hashable, value: Any, nbytes: int) -> None:
         with self._lock:
-            old = self._data.pop(key, None)
-            if old is not None:
-                self.nbytes -= old[1]
-            if nbytes > self.limit:
-                return
-            self._data[key] = (value, nbytes)
-            self.nbytes += nbytes
+            self._data.pop(key, None)
+            if nbytes <= self.limit:
+                self._data[key] = (value, nbytes)
             self._shrink()
 
     def _shrink(self) -> None:
-        while self.nbytes > self.limit and self._data:
+        held = self.nbytes
+        while held > self.limit and self._data:
             _, (_, n) = self._data.popitem(last=False)
-            self.nbytes -= n
+            held -= n
             self.evictions += 1
 
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
-            self.nbytes = self.hits = self.misses = self.evictions = 0
+            self.hits = self.misses = self.evictions = 0
+
+    def after_fork(self) -> None:
+        """In a forked child: a new lock (the parent's may be held by a thread that does not
+        exist here), and no entries if a thread was inside the cache when the process forked."""
+        held = not self._lock.acquire(blocking=False)
+        self._lock = threading.RLock()
+        if held:
+            self._data = collections.OrderedDict()
 
 
 _CACHE = _Cache(_env_limit())
 _OFF: set[str] = set()
+if hasattr(os, "register_at_fork"):  # (POSIX: DataLoader workers and multiprocessing fork)
+    os.register_at_fork(after_in_child=lambda: _CACHE.after_fork())
 
 
 def get_or_build(key: Hashable, build: Callable[[], tuple[V, int]], kind: StateKind) -> V:

@@ -8,9 +8,11 @@ dispatch is ``functools.lru_cache``-d, which ``torch.compile`` warns about on ev
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import array_api_compat
 import numpy as np
@@ -27,6 +29,7 @@ __all__ = [
     "capability",
     "check_standard",
     "device",
+    "entry",
     "freeze",
     "host_values",
     "index_dtype",
@@ -55,6 +58,45 @@ _LIBRARIES = {
     "array_api_compat.dask.array": "dask",
     "array_api_strict": "array_api_strict",
 }
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _library_scope() -> Any:
+    """A context that a library's global settings need around rotary's own arithmetic, or None.
+
+    JAX's ``jax_numpy_rank_promotion`` (``"warn"``/``"raise"``) polices implicit rank promotion
+    in the *caller's* code; rotary's arithmetic broadcasts by the array API's rules (positions
+    of shape ``(seq,)`` against data of shape ``(batch, heads, seq, dim)``), so rotary's own
+    operations run under ``"allow"``: no warning and no error from inside rotary, whatever
+    the caller's setting.  (A dictionary read when JAX is not imported; skipped while
+    ``torch.compile`` traces, where no JAX array can be.)"""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return None
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.compiler.is_compiling():
+        return None
+    config = getattr(jax, "config", None)
+    if config is None or getattr(config, "jax_numpy_rank_promotion", "allow") == "allow":
+        return None
+    return jax.numpy_rank_promotion("allow")
+
+
+def entry(fn: F) -> F:
+    """Mark a public entry point: its body runs in the scope the libraries' global settings
+    need (:func:`_library_scope`)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        scope = _library_scope()
+        if scope is None:
+            return fn(*args, **kwargs)
+        with scope:
+            return fn(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
+
 
 #: Python values that are never arrays (positions may be given as these).
 _PLAIN = (bool, int, float, complex, str, bytes, list, tuple, dict, type(None))

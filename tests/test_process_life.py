@@ -1,0 +1,214 @@
+"""A process's whole life: fork, interrupts, strict JAX settings (issue 44).
+
+Each scenario depends on process state (the cache, its lock, threads, tracing), so each runs
+in a fresh interpreter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+def _run(code: str, timeout: float = 300) -> str:
+    res = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return res.stdout
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_fork_while_a_thread_holds_the_cache_does_not_hang_the_child():
+    # Issue 44, reproduction 7: a fork while another thread was inside rotary's cache left the
+    # child's first rotary call waiting forever on the cache's lock (held by a thread that does
+    # not exist in the child).  Deterministic: a thread holds the lock while the process forks,
+    # 100 times in a row; the child must answer, and answer right.
+    _run(
+        """
+        import os, threading, time, warnings
+        import numpy as np, rotary
+        from rotary._lib import _cache
+        warnings.simplefilter("ignore", DeprecationWarning)  # (fork with threads: the point here)
+        x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype(np.float32)
+        for i in range(100):
+            rotary.clear_cache()
+            rotary.rotate(x, np.arange(5))
+            want = rotary.rotate(x, np.arange(5) + i + 1)  # (the child's call: a new key)
+            rotary.clear_cache()
+            rotary.rotate(x, np.arange(5))
+            held, release = threading.Event(), threading.Event()
+            def hold():
+                with _cache._CACHE._lock:
+                    held.set()
+                    release.wait()
+            t = threading.Thread(target=hold)
+            t.start()
+            held.wait()
+            pid = os.fork()
+            if pid == 0:
+                out = rotary.rotate(x, np.arange(5) + i + 1)
+                again = rotary.rotate(x, np.arange(5) + i + 1)
+                ok = np.array_equal(out, want) and np.array_equal(again, want)
+                ok = ok and rotary.cache_info().nbytes > 0
+                os._exit(0 if ok else 3)
+            release.set()
+            t.join()
+            deadline = time.monotonic() + 30
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                if time.monotonic() > deadline:
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                    raise SystemExit(f"run {i}: the forked child hung on rotary's cache")
+                time.sleep(0.005)
+            code = os.waitstatus_to_exitcode(status)
+            assert code == 0, f"run {i}: the child exited with {code}"
+        print("ok")
+        """
+    )
+
+
+def test_an_interrupt_at_any_bytecode_of_the_cache_keeps_its_accounting_true():
+    # Issue 44, reproduction 8: a KeyboardInterrupt between the two statements of the cache's
+    # put stored an entry without counting its bytes; after set_cache_limit(0) ("0 keeps
+    # nothing") the cache kept entries and reported negative bytes.  Here an interrupt is raised
+    # at every bytecode of the cache's code in turn (a trace function), inside a call that
+    # stores, inside set_cache_limit and inside clear_cache; after each, the cache must keep
+    # nothing at limit 0, never report negative bytes, and answer right.  The sweep is
+    # deterministic, so one pass is the same as a hundred.
+    out = _run(
+        """
+        import sys
+        import numpy as np, rotary
+        from rotary._lib import _cache
+        CACHE_FILE = _cache.__file__
+        x = np.random.default_rng(0).normal(size=(2, 6, 8)).astype(np.float32)
+        ref = {n: rotary.rotate(x[:, :n], np.arange(n)) for n in range(1, 7)}
+
+        class Stop(KeyboardInterrupt):
+            pass
+
+        def interrupt_at(k, fn):
+            count = [0]
+            def local(frame, event, arg):
+                frame.f_trace_opcodes = True
+                if event == "opcode":
+                    count[0] += 1
+                    if count[0] == k:
+                        raise Stop
+                return local
+            def glob(frame, event, arg):
+                if frame.f_code.co_filename == CACHE_FILE:
+                    frame.f_trace_opcodes = True
+                    return local
+                return None
+            sys.settrace(glob)
+            try:
+                fn()
+                return 0
+            except Stop:
+                return 1
+            finally:
+                sys.settrace(None)
+
+        landed, bad = 0, []
+        for k in range(1, 400):
+            rotary.clear_cache()
+            rotary.set_cache_limit(64 * 2**20)
+            for n in (1, 2):
+                rotary.rotate(x[:, :n], np.arange(n))
+            for op in (
+                lambda: rotary.rotate(x[:, :3], np.arange(3)),
+                lambda: rotary.set_cache_limit(1000),
+                lambda: rotary.clear_cache(),
+            ):
+                landed += interrupt_at(k, op)
+                if rotary.cache_info().nbytes < 0:
+                    bad.append((k, "negative bytes", rotary.cache_info()))
+            rotary.set_cache_limit(0)
+            info = rotary.cache_info()
+            if info.entries or info.nbytes:
+                bad.append((k, "limit 0 kept", info))
+            rotary.set_cache_limit(64 * 2**20)
+            for n in range(1, 7):
+                if not np.array_equal(rotary.rotate(x[:, :n], np.arange(n)), ref[n]):
+                    bad.append((k, "wrong answer", n))
+        assert not bad, bad[:5]
+        print(landed)
+        """
+    )
+    assert int(out.split()[-1]) > 200  # (the interrupts did land, in all three operations)
+
+
+@pytest.mark.parametrize("mode", ["raise", "warn"])
+def test_jax_strict_rank_promotion_is_the_callers_setting_never_rotarys(mode):
+    # Issue 44, reproduction 9: under jax_numpy_rank_promotion="raise" rotary failed inside its
+    # own arithmetic (even with full-rank positions: fractional positions, dynamic NTK, float32
+    # angles, linear attention); under "warn" it emitted the warnings.  Every public function of
+    # the transform catalogue, and the options beside it, eager and under jit, must give the
+    # bits it gives under "allow", with no warning.
+    pytest.importorskip("jax")
+    out = _run(
+        f"""
+        import sys, warnings
+        sys.path.insert(0, "tests")
+        import jax, jax.numpy as jnp, numpy as np, rotary
+        from transforms import CASES
+        rng = np.random.default_rng(0)
+        x = jnp.asarray(rng.standard_normal((2, 3, 8, 16)), jnp.float32)
+        pos = jnp.arange(8)
+        dyn = rotary.RoPE(16, scaling=rotary.DynamicNTK(factor=2.0, max_position_embeddings=4))
+        extra = {{
+            "dynamic NTK": lambda: (dyn.rotate(x, pos),),
+            "float32 angles, fractional": lambda: (rotary.rotate(x, pos * 0.5, angles="float32"),),
+            "decay": lambda: (rotary.linear_attention(x, x, x, pos, causal=True, decay=0.9),),
+            "gates": lambda: (rotary.linear_attention(
+                x, x, x, pos, causal=True, log_gate=-0.1 * jnp.ones((2, 3, 8))),),
+            "documents": lambda: (
+                rotary.linear_attention(x, x, x, causal=True, cu_seqlens=jnp.array([0, 3, 8])),
+                rotary.attention(x, x, x, causal=True, segment_ids=jnp.array([0, 0, 0, 1, 1, 1, 1, 1])),
+            ),
+            "state": lambda: tuple(rotary.linear_attention_state(x, x, pos)),
+            "from_lengths": lambda: (rotary.positions.from_lengths(jnp.array([2, 3]), total=5),),
+        }}
+        cases = {{}}
+        for name, case in CASES.items():
+            if case.torch_only:
+                continue
+            inputs = {{k: jnp.asarray(v, jnp.float32 if v.dtype.kind == "f" else jnp.int32)
+                       for k, v in case.make(np.random.default_rng(1)).items()}}
+            cases[name] = (lambda c=case, i=inputs: c.fn(**i))
+        cases.update(extra)
+        def run_all():
+            res = {{}}
+            for name, f in cases.items():
+                res[name] = [np.asarray(o) for o in f()]
+                res[name + " jit"] = [np.asarray(o) for o in jax.jit(lambda f=f: f())()]
+            return res
+        want = run_all()
+        rotary.clear_cache()
+        jax.config.update("jax_numpy_rank_promotion", "{mode}")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = run_all()
+        rank = [str(w.message)[:100] for w in caught if "rank" in str(w.message)]
+        assert not rank, rank[:3]
+        for name in want:
+            for a, b in zip(want[name], got[name], strict=True):
+                assert np.array_equal(a, b), name
+        # (the setting still polices the caller's own code)
+        try:
+            jnp.ones((2, 3)) + jnp.ones(3)
+            policed = False
+        except ValueError:
+            policed = True
+        assert policed == ("{mode}" == "raise")
+        print(len(want))
+        """
+    )
+    assert int(out.split()[-1]) > 40
