@@ -91,7 +91,9 @@ class LinearAttentionState(NamedTuple):
 
     def __add__(self, other: Any) -> LinearAttentionState:
         if not isinstance(other, LinearAttentionState):
-            return NotImplemented
+            if not _earlier_state(other):
+                return NotImplemented
+            other = LinearAttentionState(*other)
         _check_compatible(self, other)
         S, z = self.S, self.z
         if other.log_decay is not None:
@@ -156,10 +158,24 @@ def combine(*states: LinearAttentionState) -> LinearAttentionState:
     """
     if not states:
         raise ValueError("combine needs at least one state")
+    states = tuple(LinearAttentionState(*s) if _earlier_state(s) else s for s in states)
     for i, s in enumerate(states):
         if not isinstance(s, LinearAttentionState):
             raise TypeError(f"states[{i}] must be a LinearAttentionState, got {type(s).__name__}")
     return sum(states[1:], states[0])
+
+
+def _earlier_state(s: Any) -> bool:
+    """``s`` is a state of an earlier import of this module (``importlib.reload``, a cleared
+    ``sys.modules``): plain data, served as this import's."""
+    t = type(s)
+    return (
+        t is not LinearAttentionState
+        and t.__qualname__ == LinearAttentionState.__qualname__
+        and t.__module__ == LinearAttentionState.__module__
+        and isinstance(s, tuple)
+        and len(s) == len(LinearAttentionState._fields)
+    )
 
 
 # -- arguments ---------------------------------------------------------------------------------

@@ -125,8 +125,8 @@ class Rotary:
         full = v.check_bool(full, "full")
         if device is None and is_array(pos) and library_name(array_namespace(pos)) == be.name:
             device = be.creation_device(pos)
+        self._coord_shape(be.position_shape(pos, name="pos"), "pos")  # (the check every entry makes)
         p, rng = be.positions(pos, name="pos", device=device)
-        self._coord_shape(tuple(p.shape), "pos")
         if device is None:
             device = be.creation_device(p)
         if be.jit_eagerly():

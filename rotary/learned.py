@@ -63,7 +63,7 @@ def frequencies(
     (3, 1, 2, 4)
     """
     if not isinstance(rope, RoPE):
-        raise TypeError(f"rope must be a rotary.RoPE, got {type(rope).__name__}")
+        raise v.wrong_type("rope", rope, "a rotary.RoPE", RoPE)
     xp = as_namespace(xp)
     n_axes = v.check_int(n_axes, "n_axes", minimum=1)
     f = rope.inv_freq(xp=xp, dtype=xp.float32 if dtype is None else dtype, device=device)
@@ -270,6 +270,8 @@ class Settings:
     @classmethod
     def of(cls, rope: RoPE | int, xpos_scale_base: float | None = None) -> Settings:
         if not isinstance(rope, RoPE):
+            if type(rope).__name__ == "RoPE":
+                raise v.wrong_type("rope", rope, "a rotary.RoPE or a head dimension", RoPE)
             rope = RoPE(v.check_head_dim(rope))
         return cls(rope, xpos_scale_base)
 

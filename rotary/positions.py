@@ -60,6 +60,9 @@ def _namespace(x: Any, xp: Any, name: str) -> Namespace:
     return array_namespace(x, names=(name,))  # (NumPy for Python values; others refused)
 
 
+_INT64_MAX = 2**63 - 1
+
+
 def _int_dtype(be: Backend, device: Device) -> DType:
     return be.xp.int64 if be.has_int64(device) else be.xp.int32
 
@@ -89,6 +92,8 @@ def _total(be: Backend, x: Array, name: str, total: Any, *, cu: bool) -> int:
     known = None
     values = be.readable_values(x)
     if values is not None:
+        if values.dtype.kind == "u" and values.size and int(values.max()) > _INT64_MAX:
+            raise ValueError(f"{name} holds {int(values.max())} tokens: more than an int64 can count")
         h = values.astype(np.int64)
         if cu:
             if h[0] != 0:
@@ -101,7 +106,14 @@ def _total(be: Backend, x: Array, name: str, total: Any, *, cu: bool) -> int:
         else:
             if np.any(h < 0):
                 raise ValueError(f"{name} must be non-negative, got {h.tolist()}")
-            known = int(h.sum())
+            if h.size and int(h.max()) > _INT64_MAX // h.size:  # (the sum may wrap: summed exactly)
+                known = sum(h.tolist())
+                if known > _INT64_MAX:
+                    raise ValueError(
+                        f"the documents of {name} hold {known} tokens in all: more than an int64 can count"
+                    )
+            else:
+                known = int(h.sum())
     if total is None:
         if known is None:
             raise ValueError(
@@ -124,6 +136,8 @@ def _packed(x: Any, name: str, total: Any, xp: Any, device: Device, *, cu: bool)
         raise ValueError("cu_seqlens must have n_docs + 1 >= 1 entries, got none")
     device = be.creation_device(arr) if device is None else device
     n = _total(be, arr, name, total, cu=cu)
+    if v.is_unsigned(arr.dtype):  # (positions are signed; torch has no unsigned cumsum or search)
+        arr = xp.astype(arr, _int_dtype(be, device))
     if n > xp.iinfo(arr.dtype).max:  # sums and positions up to n: a dtype that holds them
         arr = xp.astype(arr, _int_dtype(be, device))
     if cu:
@@ -164,8 +178,11 @@ def from_lengths(lengths: Any, *, total: int | None = None, xp: Any = None, devi
     Returns
     -------
     array
-        Shape ``(total,)``, the integer dtype of ``lengths`` where it holds ``total`` (else, and
-        for host values, int64 where the library has it, else int32).
+        Shape ``(total,)``, the signed integer dtype of ``lengths`` where it holds ``total``
+        (else, and for host values and unsigned lengths, int64 where the library has it, else
+        int32).  Lengths whose sum an int64 cannot hold are refused where their values can be
+        read (under a trace they cannot: ``total=`` is then the length, and values wrap as the
+        library's integers do).
 
     Examples
     --------
@@ -496,7 +513,7 @@ def _one_set(rope: Any, name: str) -> RoPE:
     """The RoPE of a RoPE or MRoPE (an MRoPE rotates its features with its RoPE's
     frequencies and attention factor), refused when its frequencies are not one set."""
     if not isinstance(rope, (RoPE, MRoPE)):
-        raise TypeError(f"{name} must be a rotary.RoPE or rotary.MRoPE, got {type(rope).__name__}")
+        raise v.wrong_type(name, rope, "a rotary.RoPE or rotary.MRoPE", RoPE, MRoPE)
     rope = rope.rope if isinstance(rope, MRoPE) else rope
     scaling = rope.config.scaling
     if scaling.dynamic:
@@ -607,6 +624,8 @@ def longrope_switch(k: Array, pos: Any, rope: RoPE) -> Array:
     True
     """
     be = _key_namespace(k)
-    if not isinstance(rope, RoPE) or not isinstance(rope.config.scaling, LongRoPE):
+    if not isinstance(rope, RoPE):
+        raise v.wrong_type("rope", rope, "a rotary.RoPE with a LongRoPE scaling", RoPE)
+    if not isinstance(rope.config.scaling, LongRoPE):
         raise TypeError(f"rope must be a rotary.RoPE with a LongRoPE scaling, got {rope!r}")
     return _rotate(be, rope, None, k, pos)

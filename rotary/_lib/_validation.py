@@ -152,6 +152,25 @@ def is_integral(dtype: Any) -> bool:
     return dtype_name(dtype).startswith(("int", "uint"))
 
 
+def wrong_type(name: str, obj: Any, expected: str, *classes: type) -> TypeError:
+    """``name`` is not ``expected``; when ``obj``'s class is one of ``classes`` from an earlier
+    import of its module (``importlib.reload``, a cleared ``sys.modules``), say so and how to mend."""
+    t = type(obj)
+    for c in classes:
+        if t is not c and t.__qualname__ == c.__qualname__ and t.__module__ == c.__module__:
+            return TypeError(
+                f"{name} is a {c.__name__} made by an earlier import of {c.__module__} (the module "
+                f"was imported again: importlib.reload, or entries of sys.modules removed), so it is "
+                f"not an instance of this import's {c.__name__}; make it again after the re-import"
+            )
+    return TypeError(f"{name} must be {expected}, got {t.__name__}")
+
+
+def is_unsigned(dtype: Any) -> bool:
+    """Unsigned integer dtypes of any library (by name)."""
+    return dtype_name(dtype).startswith("uint")
+
+
 def check_array(x: Any, name: str, what: str = "(..., head_dim)") -> None:
     if not is_array(x):
         raise not_an_array(name, x, f"an array of shape {what}")

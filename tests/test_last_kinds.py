@@ -1,0 +1,98 @@
+"""The last array kinds (issue 44): one position check for every entry point, lengths in every
+integer dtype and beyond int64's sum, objects of an earlier import of rotary."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import rotary
+
+
+@pytest.mark.parametrize("kind", ["bool", "complex"])
+def test_cos_sin_checks_positions_as_rotate_does(backend, kind):
+    # Issue 44, reproduction 12: RoPE.cos_sin skipped the positions' dtype check that rotate
+    # makes: bool positions were read as 0 and 1, complex torch positions lost their imaginary
+    # part, NumPy complex ones got NumPy's casting error.
+    host = np.array([True, False]) if kind == "bool" else np.array([1 + 2j, 3j])
+    try:
+        pos = backend.asarray(host)
+    except Exception:  # (a library without this dtype: the host array itself)
+        pos = host
+    want = "pos must (hold|be) integer or real floating positions"
+    with pytest.raises(TypeError, match=want):
+        rotary.rotate(backend.asarray(np.ones((2, 8)), "float32"), pos)
+    with pytest.raises(TypeError, match=want):
+        rotary.RoPE(8).cos_sin(pos)
+    with pytest.raises(TypeError, match=want):
+        rotary.AxialRoPE(8, 2).cos_sin(host[:, None].repeat(2, axis=1))
+
+
+def test_lengths_in_every_integer_dtype():
+    # Issue 44, reproduction 15: positions.from_lengths (and from_cu_seqlens) on torch unsigned
+    # integers crashed in cumsum (searchsorted).
+    torch = pytest.importorskip("torch")
+    want = np.array([0, 1, 0, 1, 2])
+    for name in ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64"):
+        dt = getattr(torch, name)
+        got = rotary.positions.from_lengths(torch.tensor([2, 3], dtype=dt))
+        np.testing.assert_array_equal(got.numpy(), want, err_msg=name)
+        assert got.dtype.is_signed or got.dtype == torch.int64, name
+        got = rotary.positions.from_cu_seqlens(torch.tensor([0, 2, 5], dtype=dt))
+        np.testing.assert_array_equal(got.numpy(), want, err_msg=name)
+    for dt in (np.uint8, np.uint16, np.uint32, np.uint64, np.int8):
+        np.testing.assert_array_equal(rotary.positions.from_lengths(np.array([2, 3], dtype=dt)), want)
+
+
+def test_lengths_whose_sum_wraps_are_refused(backend):
+    # Issue 44, reproduction 15: lengths whose int64 sum wraps gave an empty array, silently.
+    if not backend.int64:
+        pytest.skip(f"{backend.name} has no int64")
+    lengths = backend.asarray(np.array([2**62] * 4), "int64")
+    # (lazy values cannot be read: the remedy is total=, and the docstring says what then)
+    lazy = "cannot be read here.*pass total="
+    with pytest.raises(ValueError, match="more than an int64 can count|" + lazy):
+        rotary.positions.from_lengths(lengths)
+    with pytest.raises(ValueError, match="more than an int64 can count"):
+        rotary.positions.from_lengths(np.array([2**64 - 1], dtype=np.uint64))
+
+
+def test_objects_of_an_earlier_import_of_rotary():
+    # Issue 44, reproduction 16: after rotary was imported again, an object made before was
+    # refused with "rope must be a rotary.RoPE ..., got RoPE" (a RoPE, by every reading but
+    # the class object's identity).  States are plain data: served.  A RoPE: refused in words
+    # that say what happened and how to mend it, and the mend works.
+    code = """
+        import sys, numpy as np, rotary
+        old = rotary.RoPE(8)
+        x = np.random.default_rng(0).normal(size=(2, 8)).astype(np.float32)
+        state = rotary.linear_attention_state(x, x)
+        for m in [k for k in list(sys.modules) if k == "rotary" or k.startswith("rotary.")]:
+            del sys.modules[m]
+        import rotary as again
+        both = again.combine(state, state)
+        assert type(both) is again.LinearAttentionState
+        np.testing.assert_allclose(np.asarray(both.S), 2 * np.asarray(state.S), rtol=1e-6)
+        assert type(again.linear_attention_state(x, x) + state) is again.LinearAttentionState
+        k = np.ones((1, 1, 2, 8), np.float32)
+        for call in (
+            lambda r: again.positions.shift_keys(k, 1, r),
+            lambda r: again.positions.rerotate_keys(k, np.arange(2), r, again.RoPE(8, base=500.0)),
+            lambda r: again.learned.frequencies(r, xp=np),
+        ):
+            try:
+                call(old)
+                raise SystemExit("an earlier import's RoPE was taken silently")
+            except TypeError as e:
+                assert "earlier import" in str(e) and "make it again" in str(e), e
+            call(again.RoPE(8))  # (the mend)
+        print("ok")
+    """
+    res = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
