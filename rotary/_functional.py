@@ -26,7 +26,7 @@ def _rope_for(
         raise ValueError(f"{name}.shape[-1] (the head dim) must be even, got {head_dim}")
     if isinstance(base, (int, float)) and not isinstance(base, bool):
         base = v.check_base(base)
-    be = backend_for(array_namespace(x))
+    be = backend_for(array_namespace(x, names=(name,)))
     return rope_of(
         be,
         head_dim,
@@ -72,7 +72,7 @@ def rotate(
 def _implied(x: Any, name: str, pos: Any, cu_seqlens: Any, segment_ids: Any) -> Any:
     """``pos``, or the positions that packed documents imply (0 at each document's start)."""
     if is_array(x):  # (a nested array of a layout rotary does not serve: refused here, naming the remedy)
-        backend_for(array_namespace(x)).jagged(x)
+        backend_for(array_namespace(x, names=(name,))).jagged(x)
     if cu_seqlens is None and segment_ids is None:
         return pos  # (None: the positions' own check names it, unless x is nested)
     if pos is not None:
@@ -81,7 +81,7 @@ def _implied(x: Any, name: str, pos: Any, cu_seqlens: Any, segment_ids: Any) -> 
             "the positions (0 at each document's start)"
         )
     v.check_array(x, name)
-    be = backend_for(array_namespace(x))
+    be = backend_for(array_namespace(x, names=(name,)))
     if be.jagged(x) is not None:
         raise ValueError(
             f"{name} is nested: its documents are its own (offsets); pass no cu_seqlens= / segment_ids="

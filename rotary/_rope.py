@@ -123,7 +123,7 @@ class Rotary:
         if not v.is_floating(dtype):
             raise TypeError(f"dtype must be a real floating dtype, got {v.dtype_name(dtype)}")
         full = v.check_bool(full, "full")
-        if device is None and is_array(pos) and library_name(array_namespace(pos)) == be.name:
+        if device is None and is_array(pos) and library_name(array_namespace(pos, names=("pos",))) == be.name:
             device = be.creation_device(pos)
         self._coord_shape(be.position_shape(pos, name="pos"), "pos")  # (the check every entry makes)
         p, rng = be.positions(pos, name="pos", device=device)
@@ -267,7 +267,7 @@ class Rotary:
     def _check_positions(self, be: Backend, pos: Any, x: Array, name: str, x_name: str) -> tuple[Any, ...]:
         """The type, shape and device of positions ``pos`` for ``x``; returns one coordinate's shape."""
         shape = be.position_shape(pos, name=name)
-        if is_array(pos) and library_name(array_namespace(pos)) == be.name:
+        if is_array(pos) and library_name(array_namespace(pos, names=(name,))) == be.name:
             be.check_devices([(x_name, x), (name, pos)])
         coord = self._coord_shape(shape, name)
         lead = tuple(x.shape[:-1])
@@ -693,7 +693,7 @@ def eager_positions(be: Backend, pos: Any, name: str, x: Array, x_name: str) -> 
     if pos is None:
         return None
     be.position_shape(pos, name=name)
-    if is_array(pos) and library_name(array_namespace(pos)) == be.name:
+    if is_array(pos) and library_name(array_namespace(pos, names=(name,))) == be.name:
         be.check_devices([(x_name, x), (name, pos)])
     return be.positions(pos, name=name, device=be.creation_device(x))[0]
 

@@ -135,7 +135,7 @@ def shard_sequence(x: Array, *, rank: int, world: int, sharding: str = "contiguo
     """
     if not is_array(x):
         raise not_an_array("x", x)
-    xp = array_namespace(x)
+    xp = array_namespace(x, names=("x",))
     ax = axis % x.ndim
     n = x.shape[ax]
     rank, world, sharding = _check_shard(n, rank, world, sharding)
@@ -220,7 +220,7 @@ def causal_linear_attention_dask(
     for name, a in (("q", q), ("k", k), ("v", v_)):
         if not is_array(a) or a.ndim < 2:
             raise ValueError(f"{name} must be an array of shape (..., seq, features), got {type(a).__name__}")
-        if library_name(array_namespace(a)) != "dask":
+        if library_name(array_namespace(a, names=(name,))) != "dask":
             n = a.shape[-2]
             seq_chunks = (*a.shape[:-2], chunks or max(1, -(-n // 4)), a.shape[-1])
             a = da.from_array(a, chunks=seq_chunks)  # pyright: ignore[reportArgumentType]

@@ -136,9 +136,10 @@ def _packed(x: Any, name: str, total: Any, xp: Any, device: Device, *, cu: bool)
         raise ValueError("cu_seqlens must have n_docs + 1 >= 1 entries, got none")
     device = be.creation_device(arr) if device is None else device
     n = _total(be, arr, name, total, cu=cu)
-    if v.is_unsigned(arr.dtype):  # (positions are signed; torch has no unsigned cumsum or search)
-        arr = xp.astype(arr, _int_dtype(be, device))
     if n > xp.iinfo(arr.dtype).max:  # sums and positions up to n: a dtype that holds them
+        arr = xp.astype(arr, _int_dtype(be, device))
+    out = arr.dtype
+    if v.is_unsigned(out):  # (computed signed, given back unsigned: torch has no unsigned cumsum)
         arr = xp.astype(arr, _int_dtype(be, device))
     if cu:
         starts, ends = arr[:-1], arr[1:]
@@ -148,7 +149,7 @@ def _packed(x: Any, name: str, total: Any, xp: Any, device: Device, *, cu: bool)
     dt = arr.dtype
     n_docs = starts.shape[0]
     if n_docs == 0:
-        return xp.zeros((n,), dtype=dt, device=device)
+        return xp.zeros((n,), dtype=out, device=device)
     t = xp.arange(n, dtype=dt, device=device)
     if hasattr(xp, "searchsorted") and be.has_int64(device):  # (it returns the default index dtype)
         doc = xp.searchsorted(ends, t, side="right")
@@ -157,7 +158,8 @@ def _packed(x: Any, name: str, total: Any, xp: Any, device: Device, *, cu: bool)
     inside = doc < n_docs
     doc = xp.clip(doc, max=n_docs - 1)
     start = xp.take(starts, xp.astype(doc, _int_dtype(be, device)), axis=0)  # (torch: int32/64 indices)
-    return xp.where(inside, t - start, xp.zeros_like(t))
+    got = xp.where(inside, t - start, xp.zeros_like(t))
+    return got if got.dtype == out else xp.astype(got, out)
 
 
 # -- packed batches -----------------------------------------------------------------------------
@@ -178,11 +180,10 @@ def from_lengths(lengths: Any, *, total: int | None = None, xp: Any = None, devi
     Returns
     -------
     array
-        Shape ``(total,)``, the signed integer dtype of ``lengths`` where it holds ``total``
-        (else, and for host values and unsigned lengths, int64 where the library has it, else
-        int32).  Lengths whose sum an int64 cannot hold are refused where their values can be
-        read (under a trace they cannot: ``total=`` is then the length, and values wrap as the
-        library's integers do).
+        Shape ``(total,)``, the integer dtype of ``lengths`` where it holds ``total`` (else, and
+        for host values, int64 where the library has it, else int32).  Lengths whose sum an
+        int64 cannot hold are refused where their values can be read (under a trace they
+        cannot: ``total=`` is then the length, and values wrap as the library's integers do).
 
     Examples
     --------
@@ -248,7 +249,7 @@ def from_attention_mask(mask: Array, *, fill: int = 0) -> Array:
     """
     if not is_array(mask):
         mask = host_values(mask, "mask")
-    xp = array_namespace(mask)
+    xp = array_namespace(mask, names=("mask",))
     be = backend_for(xp)
     if mask.ndim < 1:
         raise ValueError("mask must have at least one axis (..., seq), got a 0-d array")
@@ -463,7 +464,7 @@ def mrope_text_positions(positions: Any, deltas: Any) -> Array:
 def _key_namespace(k: Any) -> Backend:
     if not is_array(k):
         raise not_an_array("k", k, "an array of shape (..., head_dim)")
-    return backend_for(array_namespace(k))
+    return backend_for(array_namespace(k, names=("k",)))
 
 
 def _rotation_freqs(a: RopeConfig, b: RopeConfig | None) -> tuple[tuple[float, ...], ...]:

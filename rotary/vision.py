@@ -194,7 +194,7 @@ class VisionRoPE:
         """The grid's coordinates for data ``x``, host values computed for real even inside a
         trace (:meth:`~rotary._backends.Backend.eager`)."""
         h, w = v.check_int(h, "h", minimum=1), v.check_int(w, "w", minimum=1)
-        be = backend_for(array_namespace(x))
+        be = backend_for(array_namespace(x, names=("x",)))
         return be.eager(_grid_positions, self.grid, h, w, be.has_float64(be.creation_device(x)))
 
     @entry

@@ -129,7 +129,8 @@ KINDS: dict[str, Kind] = {
     "wraparray without isdtype": Kind(
         _wraparray("wraparray.no_isdtype", lacking=("isdtype",)),
         refused=r"wraparray\.no_isdtype has no isdtype, which rotary needs",
-        refused_calls=("rotate", "RoPE.apply yarn", "learned.rotate"),  # (they check positions' dtype)
+        # (they check positions' dtype)
+        refused_calls=("rotate", "RoPE.apply yarn", "learned.rotate", "RoPE.cos_sin"),
     ),
     "wraparray with an unhashable device": Kind(
         _wraparray("wraparray.unhashable", device=__import__("wraparray").UnhashableDevice())

@@ -242,7 +242,7 @@ class Backend:
 
     def position_shape(self, pos: Any, *, name: str) -> tuple[Any, ...]:
         """Check the type and dtype of positions ``pos`` (without converting them); their shape."""
-        if is_array(pos) and library_name_of(pos) == self.name:
+        if is_array(pos) and library_name_of(pos, name) == self.name:
             v.check_position_dtype(pos.dtype, self.xp, name)
             return tuple(pos.shape)
         if is_host_positions(pos):
@@ -578,10 +578,10 @@ class Jagged(NamedTuple):
     wrap: Callable[[Array], Array]
 
 
-def library_name_of(x: Array) -> str:
+def library_name_of(x: Array, name: str = "") -> str:
     from .._lib._compat import array_namespace
 
-    return library_name(array_namespace(x))
+    return library_name(array_namespace(x, names=(name,) if name else ()))
 
 
 def sized(value: Any) -> tuple[Any, int]:

@@ -285,6 +285,9 @@ def array_namespace(*arrays: Any, names: tuple[str, ...] = ()) -> Namespace:
             "Convert them to one library first (positions may also be NumPy arrays or Python values)."
         ) from None
     xp = check_standard(_mended(xp))
+    if library_name(xp) == "dask":  # (never memoised by type: each call's shapes are checked)
+        _check_known_sizes(real, names)
+        return xp
     if (
         one is not None
         and len(real) == len([a for a in arrays if a is not None])
@@ -293,6 +296,20 @@ def array_namespace(*arrays: Any, names: tuple[str, ...] = ()) -> Namespace:
     ):
         _BY_TYPE[one] = xp
     return xp
+
+
+def _check_known_sizes(real: list[tuple[int, Any]], names: tuple[str, ...]) -> None:
+    """Dask arrays of unknown chunk sizes (after boolean indexing): one remedy, whichever the
+    argument and the entry point (rotary needs every length to build its graph)."""
+    for i, a in real:
+        shape = tuple(getattr(a, "shape", ()))
+        unknown = [ax for ax, n in enumerate(shape) if isinstance(n, float) and n != n]
+        if unknown:
+            arg, call = (names[i], f"{names[i]}.") if i < len(names) else ("an array argument", "its ")
+            raise ValueError(
+                f"{arg} has unknown chunk sizes along axis {unknown[0]} (shape {shape}); call "
+                f"{call}compute_chunk_sizes() first (rotary needs every length to build its graph)"
+            )
 
 
 #: Library name -> a function giving its namespace with a library's departures from the standard
