@@ -1313,9 +1313,9 @@ def _run(
     if carry is None:
         carry = _zero_carry(plan, F, v, kv_lead, be, dev)
     S, z = carry.S, carry.z
-    if call.groups > 1:
-        S = S[..., 0, :, :]
-        z = None if z is None else z[..., 0, :]
+    if call.groups > 1:  # (the caller's: not a view of the groups' buffer)
+        S = be.owned(S[..., 0, :, :])
+        z = None if z is None else be.owned(z[..., 0, :])
     ld = None if g is None else _total(g, m, xp)
     if docs is not None:  # a row whose documents changed forgets what came before
         ld = _row_log_decay(docs.runs, g, m, xp, plan.cdt)

@@ -147,7 +147,7 @@ class Rotary:
                 c, s = be.xp.astype(c, dtype), be.xp.astype(s, dtype)
             except (TypeError, ValueError):
                 raise _foreign_dtype(dtype, be) from None
-        return c, s
+        return be.owned(c), be.owned(s)  # (the caller's: never halves of one buffer)
 
     @entry
     def rotate(self, x: Array, pos: Any = None) -> Array:

@@ -87,6 +87,12 @@ NOT_CALLED: dict[str, str] = {
     "Scaling.check_dim": "returns None",
 }
 
+#: Callables whose result is a view of the caller's own input, as indexing gives (exempt from
+#: :func:`owns`, which holds every other result to owning its memory).
+VIEWS_OF_INPUTS: dict[str, str] = {
+    "rotary.distributed.shard_sequence": "a slice of x (contiguous sharding), as x[..., a:b, :] gives",
+}
+
 HEAD = 16
 SEQ = 8
 
@@ -492,7 +498,36 @@ def build(e: Env) -> list[Call]:
             for make in _examples(qual, getattr(inst, attr), e, f"{owner}.{attr}"):
                 method = _bind(lambda *a, attr=attr, fresh=fresh, **k: getattr(fresh(), attr)(*a, **k), make)
                 calls.append(Call(f"{qual} of {inst!r}", method))
-    return calls
+    return calls + decoding(e)
+
+
+def decoding(e: Env) -> list[Call]:
+    """Decoding steps: one token at a time, through each backend's decoding path (torch's plans
+    and one-position pass, NumPy's, the linear-attention step with a carried state); each twice,
+    the second time through the plan the first one made."""
+    import rotary
+
+    def one(seed: int, heads: int) -> Any:
+        return _f(e, (1, heads, 1, HEAD), seed)
+
+    def state() -> Any:
+        return rotary.linear_attention_state(ARGS["k"](e), ARGS["v"](e), e.asarray(np.arange(SEQ)))
+
+    steps = {
+        "rotary.apply": lambda: rotary.apply(one(5, 4), one(6, 2), e.asarray(np.array([SEQ]))),
+        "rotary.apply (int position)": lambda: rotary.apply(one(5, 4), one(6, 2), SEQ),
+        "RoPE.apply": lambda: _ropes()[0].apply(one(5, 4), one(6, 2), e.asarray(np.array([SEQ]))),
+        "rotary.linear_attention": lambda: rotary.linear_attention(
+            one(5, 4),
+            one(6, 2),
+            one(7, 2),
+            e.asarray(np.array([SEQ])),
+            causal=True,
+            state=state(),
+            return_state=True,
+        ),
+    }
+    return [Call(f"decoding step {i}: {name}", step) for name, step in steps.items() for i in (1, 2)]
 
 
 def _fresh(make: Callable[[], list[Any]], j: int) -> Callable[[], Any]:
@@ -557,6 +592,44 @@ def overwrite(a: Any) -> str | None:
     return None
 
 
+def _buffer(a: Any) -> tuple[int, int] | None:
+    """(address, bytes) of the memory that keeps ``a`` alive, where the library says."""
+    if isinstance(a, np.ndarray):
+        root = a
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        return root.__array_interface__["data"][0], root.nbytes
+    if type(a).__module__.split(".")[0] == "torch":
+        st = a.untyped_storage()
+        return st.data_ptr(), st.nbytes()
+    inner = getattr(a, "_array", None)  # (array-api-strict: a NumPy array inside)
+    return _buffer(inner) if isinstance(inner, np.ndarray) else None
+
+
+def _nbytes(a: Any) -> int:
+    if hasattr(a, "element_size"):  # (torch)
+        return a.numel() * a.element_size()
+    inner = getattr(a, "_array", a)
+    return int(inner.nbytes)
+
+
+def owns(out: Any) -> str | None:
+    """Every returned array owns its memory: no two share a buffer, and none is a view of a larger
+    one (a KV cache that keeps the keys would keep the rest alive; ``torch.save`` would write it)."""
+    seen: dict[int, int] = {}
+    for i, a in enumerate(arrays(out)):
+        buf = _buffer(a)
+        if buf is None or buf[1] == 0:
+            continue
+        nbytes = _nbytes(a)
+        if buf[1] > nbytes:
+            return f"array {i} ({nbytes} bytes) is a view of a buffer of {buf[1]} bytes"
+        if buf[0] in seen:
+            return f"arrays {seen[buf[0]]} and {i} share one buffer"
+        seen[buf[0]] = i
+    return None
+
+
 def same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
     return len(a) == len(b) and all(
         x.shape == y.shape and x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True)
@@ -587,6 +660,9 @@ def run(backend_name: str) -> dict[str, Any]:
     failures: list[str] = []
     n_arrays = 0
     for c, out in zip(calls, outs, strict=True):
+        why = None if c.name in VIEWS_OF_INPUTS else owns(out)
+        if why:
+            failures.append(f"{c.name}: {why}")
         for a in arrays(out):
             n_arrays += 1
             why = overwrite(a)

@@ -113,3 +113,25 @@ def test_mrope_text_positions_are_the_callers() -> None:
     out = positions.mrope_text_positions(np.array([[7, 8]]), np.array([[-2]]))
     out[0, 0, 0] = 100  # (was a read-only broadcast view: one write would change every row)
     assert out[1:, 0, 0].tolist() == [5, 5]
+
+
+def test_torch_decoding_outputs_own_their_memory() -> None:
+    # Issue 44, reproduction 10: a decoding step returned q_rot and k_rot as views of one buffer:
+    # a KV cache that kept k_rot kept the queries alive (19.5 MiB held for 3.9 MiB of keys), and
+    # torch.save(k_rot) wrote 22 kB against 5.7 kB for a clone.
+    torch = pytest.importorskip("torch")
+    import io
+
+    import rotary
+
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 32, 1, 64, generator=g), torch.randn(1, 8, 1, 64, generator=g)
+    rope = rotary.RoPE(64)
+    for step in range(3):  # (the second and third: through the decoding plan)
+        for q_rot, k_rot in (rope.apply(q, k, torch.tensor([40 + step])), rotary.apply(q, k, 40 + step)):
+            assert q_rot.untyped_storage().data_ptr() != k_rot.untyped_storage().data_ptr()
+            assert k_rot.untyped_storage().nbytes() == k_rot.numel() * k_rot.element_size()
+            saved, clone = io.BytesIO(), io.BytesIO()
+            torch.save(k_rot, saved)
+            torch.save(k_rot.clone(), clone)
+            assert len(saved.getvalue()) == len(clone.getvalue())

@@ -229,6 +229,13 @@ class Backend:
         may then be compared only where a guard on it is wanted."""
         return False
 
+    def owned(self, x: Array) -> Array:
+        """``x``, or a copy where it may be a view of a larger buffer rotary made (what a caller
+        keeps, a KV cache, ``torch.save``, must not keep or write the rest).  A library whose
+        buffers rotary cannot see gets a copy (lazy graphs and immutable JAX arrays: ``x``);
+        NumPy and torch copy only views of larger buffers."""
+        return x if self.lazy else self.xp.asarray(x, copy=True)
+
     def host_values(self, x: Array) -> np.ndarray:
         """A host NumPy view or copy of concrete ``x``."""
         return to_numpy(x)

@@ -54,6 +54,9 @@ register_library("jax", clean=_clean)
 class JaxBackend(Backend):
     writable = False
 
+    def owned(self, x: Array) -> Array:
+        return x  # (immutable: no caller can keep or write a part of another array)
+
     def creation_device(self, x: Array) -> Device:
         # Traced values have no device; sharded arrays report a sharding that jnp.asarray takes
         # too.  ``None`` lets jit place constants.

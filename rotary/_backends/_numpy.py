@@ -45,6 +45,12 @@ class NumpyBackend(Backend):
     def values_readable(self) -> bool:
         return True  # (eager, always)
 
+    def owned(self, x: Array) -> Array:
+        root = x
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        return x.copy() if root is not x and root.nbytes > x.nbytes else x
+
     def fast(self, *inputs: Any, grads: tuple[Any, ...] = ()) -> bool:
         """:func:`rotary.fast_paths` on and every input a plain ``numpy.ndarray``: subclasses
         (masked arrays, matrices, a user's ``__array_ufunc__``) take the generic code."""

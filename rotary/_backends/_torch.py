@@ -349,25 +349,17 @@ def _rotate_small_half(x: Array, C: Array, S: Array, h: int) -> Array:
 
 
 def _rotate_small_half_joint(q: Array, k: Array, C2: Array, S2: Array, h: int) -> tuple[Array, Array]:
-    """``q`` and ``k`` at one position in the half layout, in one pass over the two
-    concatenated, in the fewest torch calls (decoding): ``x * C2 + roll(x, h) * S2`` with the
-    per-feature rows ``C2 = [cos, cos]``, ``S2 = [-sin, sin]``; ``a + b * (-c) == a - b * c``
-    exactly, so these are the generic formula's bits.  The outputs are views of one buffer."""
-    qs, ks = q.shape, k.shape
-    ax = next((i for i in range(q.ndim) if qs[i] != ks[i]), 0)
-    flat = (
-        ax >= q.ndim - 1  # joined along the features: no
-        or q.ndim != k.ndim
-        or any(qs[i] != 1 for i in range(ax))
-        or qs[ax + 1 :] != ks[ax + 1 :]
-    )
-    if flat:
-        q, k, ax = q.reshape(-1, 2 * h), k.reshape(-1, 2 * h), 0  # rows of both, flattened
-    qk = torch.cat([q, k], dim=ax)
-    out = torch.mul(qk, C2)
-    out.add_(qk.roll(h, -1).mul_(S2))
-    a, b = out.split_with_sizes([q.shape[ax], k.shape[ax]], dim=ax)
-    return (a.view(qs), b.view(ks)) if flat else (a, b)
+    """``q`` and ``k`` at one position in the half layout, in the fewest torch calls (decoding):
+    ``x * C2 + roll(x, h) * S2`` with the per-feature rows ``C2 = [cos, cos]``,
+    ``S2 = [-sin, sin]``; ``a + b * (-c) == a - b * c`` exactly, so these are the generic
+    formula's bits.  Each output owns its memory (a KV cache that keeps the keys must not keep
+    the queries alive, nor ``torch.save`` write them): as fast as one pass over the two
+    concatenated, which returned views of one buffer (``benchmarks/state.py``'s decode rows)."""
+    oq = torch.mul(q, C2)
+    oq.add_(q.roll(h, -1).mul_(S2))
+    ok = torch.mul(k, C2)
+    ok.add_(k.roll(h, -1).mul_(S2))
+    return oq, ok
 
 
 def _compiling_not_exporting() -> bool:
@@ -610,6 +602,12 @@ class TorchBackend(Backend):
 
     def fast(self, *inputs: Any, grads: tuple[Any, ...] = ()) -> bool:
         return fast(*inputs, grads=grads)
+
+    def owned(self, x: Array) -> Array:
+        # (plain eager tensors: a trace's outputs are the graph's, a subclass's storage its own)
+        if type(x) not in _PLAIN_TYPES or not _eager_context():
+            return x
+        return x.clone() if x.untyped_storage().nbytes() > x.numel() * x.element_size() else x
 
     def polar(self, angles: Array) -> Array:
         return torch.polar(torch.ones_like(angles), angles)
