@@ -141,3 +141,51 @@ def test_dask_unknown_chunk_sizes_get_one_remedy_that_works():
         # the remedy, followed, works
         got = call(xu.compute_chunk_sizes(), pu.compute_chunk_sizes())
         np.testing.assert_allclose(np.asarray(got), np.asarray(want()), rtol=1e-5, atol=1e-6, err_msg=what)
+
+
+def test_torch_masked_tensors_follow_the_mask_rule_of_numpy_masked_arrays():
+    # Issue 44, reproduction 13: torch MaskedTensor got torch's internal errors ("Input masks
+    # must match...", "Multiple dispatch failed for aten.index_select"), where np.ma got rotary's
+    # own rule: a rotated feature is there where it and its pair partner are.
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # (torch.masked is a prototype: it says so)
+        from torch.masked import masked_tensor
+
+        g = torch.Generator().manual_seed(0)
+        data = torch.randn(2, 5, 8, generator=g, dtype=torch.float64)
+        there = torch.rand(2, 5, 8, generator=g) > 0.3  # (MaskedTensor: True where a value is)
+        x = masked_tensor(data, there)
+        ref = np.ma.MaskedArray(data.numpy(), mask=~there.numpy())  # (np.ma: True where masked)
+        for layout in ("half", "interleaved"):
+            for rd in (6, 8):
+                got = rotary.rotate(x, torch.arange(5), layout=layout, rotary_dim=rd)
+                want = rotary.rotate(ref, np.arange(5), layout=layout, rotary_dim=rd)
+                assert type(got) is type(x)
+                np.testing.assert_array_equal(got.get_mask().numpy(), ~np.ma.getmaskarray(want))
+                keep = ~np.ma.getmaskarray(want)
+                np.testing.assert_array_equal(got.get_data().numpy()[keep], want.data[keep])
+        q, k = rotary.apply(x, x, torch.arange(5))
+        assert torch.equal(q.get_mask(), rotary.rotate(x, torch.arange(5)).get_mask())
+        assert torch.equal(k.get_mask(), q.get_mask())
+        conv = rotary.convert_layout(x, "half", "interleaved")
+        np.testing.assert_array_equal(
+            conv.get_mask().numpy(), ~np.ma.getmaskarray(rotary.convert_layout(ref, "half", "interleaved"))
+        )
+        with pytest.raises(TypeError, match="pos is a masked tensor: a masked position has no angle"):
+            rotary.RoPE(8).cos_sin(masked_tensor(torch.arange(5), torch.arange(5) > 0))
+        for call in (
+            lambda a: rotary.attention(a, a, a, torch.arange(5), causal=True),
+            lambda a: rotary.linear_attention(a, a, a, torch.arange(5), causal=True),
+        ):
+            with pytest.raises(TypeError, match=r"q is a masked tensor.*x\.to_tensor\(0\)"):
+                call(x)
+        # the remedy, followed: the data with the mask of the keys
+        keys = there.all(-1)
+        plain = x.to_tensor(0)
+        out = rotary.attention(plain, plain, plain, torch.arange(5), causal=True, mask=keys[..., None, :])
+        assert torch.isfinite(out).all()
+        out = rotary.linear_attention(plain, plain, plain, torch.arange(5), causal=True, key_mask=keys)
+        assert torch.isfinite(out).all()

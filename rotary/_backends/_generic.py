@@ -56,6 +56,9 @@ _PLAIN_HINTS = {
     "masked array": (
         "Pass the data (x.filled(0)) with the mask as mask= (attention) or key_mask= (linear attention)"
     ),
+    "masked tensor": (
+        "Pass the data (x.to_tensor(0)) with the mask as mask= (attention) or key_mask= (linear attention)"
+    ),
 }
 
 

@@ -40,6 +40,7 @@ import torch.autograd.forward_ad as _forward_ad
 from .._lib import _validation as v
 from .._lib._cache import fast_paths_enabled, get_or_build, register_library
 from .._lib._typing import Array, Device, DType, Layout, Namespace
+from .._math._rotation import pair_partners
 from . import _eager
 from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, Jagged, sized
 
@@ -388,6 +389,18 @@ def _is_dtensor(x: Any) -> bool:
     return dtensor is not None and isinstance(x, dtensor)
 
 
+def _is_masked(x: Any) -> bool:
+    """``x`` is a ``torch.masked.MaskedTensor`` (never imports the prototype module)."""
+    masked = getattr(sys.modules.get("torch.masked.maskedtensor.core"), "MaskedTensor", None)
+    return masked is not None and isinstance(x, masked)
+
+
+def _masked(data: Array, mask: Array) -> Array:
+    from torch.masked import MaskedTensor
+
+    return MaskedTensor(data, mask)
+
+
 def _global_positions(pos: Any) -> Any:
     """Positions given as a DTensor: their global values, as a plain tensor (differentiable)."""
     return pos.full_tensor() if _is_dtensor(pos) else pos
@@ -459,9 +472,13 @@ class TorchBackend(Backend):
         return _untraced() and _real(x) and x.device.type == "cpu"
 
     def composite(self, x: Array) -> str | None:
+        if _is_masked(x):
+            return "masked tensor"
         return "distributed tensor (DTensor)" if _is_dtensor(x) else None
 
     def map_heads(self, kernel: Callable[[Array], Array], x: Array, *, axis: int, head_dim: int) -> Array:
+        if _is_masked(x):  # (a permutation of features: the mask moves with its feature)
+            return _masked(kernel(x.get_data()), kernel(x.get_mask()))
         if not _is_dtensor(x):
             return kernel(x)
         from torch.distributed.tensor import DTensor
@@ -548,6 +565,11 @@ class TorchBackend(Backend):
         return super().position_shape(pos, name=name)
 
     def positions(self, pos: Any, *, name: str, device: Device) -> tuple[Array, tuple[int, int] | None]:
+        if _is_masked(pos):
+            raise TypeError(
+                f"{name} is a masked tensor: a masked position has no angle; pass the positions of "
+                f"the tokens (e.g. {name}.get_data()) and mask the data instead"
+            )
         if _is_dtensor(pos):  # (positions are few: their global values on every rank)
             pos = _global_positions(pos)
         compiling = torch.compiler.is_compiling()
@@ -613,6 +635,15 @@ class TorchBackend(Backend):
         return torch.polar(torch.ones_like(angles), angles)
 
     def rotate(self, x: Array, c: Array, s: Array, *, layout: Layout, rotary_dim: int) -> Array:
+        if _is_masked(x):
+            # A rotated feature is masked where it or its pair partner is (the rule of NumPy's
+            # masked arrays and marray: each output reads both); the data rotate as a plain tensor.
+            mask = x.get_mask()
+            out = self.rotate(x.get_data(), c, s, layout=layout, rotary_dim=rotary_dim)
+            partner = list(range(x.shape[-1]))
+            partner[:rotary_dim] = pair_partners(layout, rotary_dim)
+            idx = torch.tensor(partner, device=mask.device)
+            return _masked(out, mask & mask.index_select(-1, idx))  # (True: a value is there)
         if _is_dtensor(x):  # (each rank rotates its shard: DTensor in, DTensor out)
             return _shard_rotate(
                 x, c, s, lambda a, b, d: self.rotate(a, b, d, layout=layout, rotary_dim=rotary_dim), "x"
