@@ -103,6 +103,79 @@ def _scenarios(quick: bool) -> list[tuple[str, tuple[str, ...], Callable[[], Any
     return out
 
 
+#: A call in a context must cost at most this much more than in the plain one.
+CONTEXT_TARGET = 1.2
+
+
+def _contexts() -> list[tuple[str, str, Callable[[], Any], Callable[[], Any]]]:
+    """``(backend, case, in the context, plain)``: a decoding step inside a context a server runs
+    in (torch's inference mode, ``jax.default_device``) beside the same step in the plain one.
+    Each side has its own RoPE (bases 10000 and 10000.5: the same work), so that what one side
+    keeps (checked signatures, plans, constants) cannot serve the other: a context that kept
+    nothing would show its full cost."""
+    rng = np.random.default_rng(5)
+    dq = rng.standard_normal(DECODE_Q, dtype=np.float32)
+    dk = rng.standard_normal(DECODE_K, dtype=np.float32)
+    inside, plain = rotary.RoPE(DECODE_Q[-1]), rotary.RoPE(DECODE_Q[-1], base=10000.5)
+    out: list[tuple[str, str, Callable[[], Any], Callable[[], Any]]] = []
+    try:
+        import torch
+
+        q, k, p = torch.from_numpy(dq), torch.from_numpy(dk), torch.tensor([DECODE_POS])
+
+        def inference() -> Any:
+            with torch.inference_mode():
+                return inside.apply(q, k, p)
+
+        def no_grad() -> Any:
+            with torch.no_grad():
+                return plain.apply(q, k, p)
+
+        out.append(("torch", "decode RoPE.apply under inference_mode (vs no_grad)", inference, no_grad))
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:  # pragma: no cover
+        return out
+    jq, jk, jp = jnp.asarray(dq), jnp.asarray(dk), jnp.asarray(np.array([DECODE_POS]))
+    dev = jax.devices()[0]
+
+    def on_default() -> Any:
+        with jax.default_device(dev):
+            return jax.block_until_ready(inside.apply(jq, jk, jp * 0.5))
+
+    def default() -> Any:
+        return jax.block_until_ready(plain.apply(jq, jk, jp * 0.5))
+
+    out.append(("jax", "decode RoPE.apply inside jax.default_device (vs none)", on_default, default))
+    return out
+
+
+def bench_contexts(reps: int) -> list:
+    """Rows ``<context> / plain`` for :func:`_contexts`, against :data:`CONTEXT_TARGET`."""
+    rows: list = []
+    for backend, case, ctx, plain in _contexts():
+        times = compare({"context": ctx, "plain": plain}, reps=reps, warmup=50, inner=100)
+        ratio = times.ratio("context", "plain")
+        rows.append(
+            {
+                "section": "state",
+                "backend": backend,
+                "case": case,
+                "ms": times["context"] * 1e3,
+                "baseline": f"plain ({times['plain'] * 1e3:.4g} ms)",
+                "ratio": ratio,
+                "target": CONTEXT_TARGET,
+                "floor_ratio": None,
+                "floor_target": None,
+                "ok": ratio <= CONTEXT_TARGET,
+            }
+        )
+    return rows
+
+
 def _off(fn: Callable[[], Any], *kinds: Any) -> Callable[[], Any]:
     def run() -> Any:
         with without(*kinds):
@@ -156,4 +229,4 @@ def bench_state(quick: bool, reps: int) -> list:
                 "ok": None if gain is None else gain >= KEEP,
             }
         )
-    return rows
+    return rows + bench_contexts(reps)

@@ -212,3 +212,72 @@ def test_jax_strict_rank_promotion_is_the_callers_setting_never_rotarys(mode):
         """
     )
     assert int(out.split()[-1]) > 40
+
+
+def test_torch_inference_mode_keeps_its_memo_and_hands_nothing_to_grad_mode():
+    # Issue 44, reproduction 11: under torch.inference_mode() nothing was memoised (a decoding
+    # step about 4x slower than under no_grad: benchmarks/state.py's context rows).  Now the
+    # checked signatures and decoding plans made there are kept; they hold no tensor of the call,
+    # so a later call in grad mode gets ordinary tensors and its gradients.
+    pytest.importorskip("torch")
+    _run(
+        """
+        import torch, rotary
+        from rotary._lib._cache import without
+        rope = rotary.RoPE(64)
+        g = torch.Generator().manual_seed(0)
+        q, k = torch.randn(1, 8, 1, 64, generator=g), torch.randn(1, 2, 1, 64, generator=g)
+        with without("signatures"):
+            want = rope.apply(q, k, torch.tensor([40]))
+        with torch.inference_mode():
+            for _ in range(3):
+                got = rope.apply(q, k, torch.tensor([40]))
+                assert got[0].is_inference() and torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        qq = q.clone().requires_grad_(True)
+        out = rope.apply(qq, k, torch.tensor([40]))
+        assert not out[0].is_inference() and out[0].requires_grad
+        out[0].sum().backward()
+        ref = qq.detach().clone().requires_grad_(True)
+        with rotary.fast_paths(False):
+            rope.apply(ref, k, torch.tensor([40]))[0].sum().backward()
+        assert torch.equal(qq.grad, ref.grad)
+        print("ok")
+        """
+    )
+
+
+def test_jax_default_device_contexts_each_get_their_own_constants():
+    # Issue 44, reproduction 11: inside jax.default_device(...) nothing was cached (each call
+    # rebuilt its constants).  Constants are now kept there too, keyed by the default device:
+    # one made inside a context is never handed to a call outside it, nor the other way.
+    pytest.importorskip("jax")
+    import os
+
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    code = """
+        import jax, jax.numpy as jnp, numpy as np, rotary
+        a, b = jax.devices("cpu")[:2]
+        rope = rotary.RoPE(16)
+        x = np.random.default_rng(0).normal(size=(2, 5, 16)).astype(np.float32)
+        def dev_of(out):
+            return next(iter(out.devices()))
+        want = np.asarray(rope.rotate(jnp.asarray(x), np.arange(5) * 0.5))
+        for round in range(3):
+            for where in (b, None, a, b):
+                if where is None:
+                    out = rope.rotate(jnp.asarray(x), np.arange(5) * 0.5)
+                    c, s = rope.cos_sin(np.arange(5) * 0.5, xp=jnp)
+                    expect = jax.devices()[0]
+                else:
+                    with jax.default_device(where):
+                        out = rope.rotate(jnp.asarray(x), np.arange(5) * 0.5)
+                        c, s = rope.cos_sin(np.arange(5) * 0.5, xp=jnp)
+                    expect = where
+                assert dev_of(out) == expect and dev_of(c) == expect, (round, where, out.devices())
+                assert np.array_equal(np.asarray(out), want)
+        print(rotary.cache_info().entries)
+        """
+    res = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

@@ -43,9 +43,9 @@ def _tracing() -> bool:
 
 
 def _clean() -> bool:
-    """No JAX trace or transformation, and no default-device override (a constant built for
-    ``device=None`` would land there)."""
-    return not _tracing() and jax.config.jax_default_device is None  # pyright: ignore[reportAttributeAccessIssue]
+    """No JAX trace or transformation.  (A default-device override is plain too: a constant
+    built for ``device=None`` lands there, and is keyed by it, :meth:`JaxBackend.constant`.)"""
+    return not _tracing()
 
 
 register_library("jax", clean=_clean)
@@ -140,7 +140,9 @@ class JaxBackend(Backend):
                     return sized(jax.device_put(host, device))
                 return sized(jax.jit(lambda: build(config, kind, self.xp, device, dtype))())
 
-        return get_or_build((config, kind, "jax", device, dtype), make, "constants")
+        # (device None: the default device, which jax.default_device(...) may override)
+        where = device if device is not None else ("default", jax.config.jax_default_device)  # pyright: ignore[reportAttributeAccessIssue]
+        return get_or_build((config, kind, "jax", where, dtype), make, "constants")
 
     def scan(
         self,

@@ -160,7 +160,14 @@ def _to_fake(mode: Any, value: Any) -> Any:
     return torch.ops.aten.lift_fresh.default(value) if type(value) is torch.Tensor else value
 
 
-register_library("torch", clean=_clean, scope=_scope, adapt=_adapt, clear=lambda: _clear_graph_constants())
+register_library(
+    "torch",
+    clean=_clean,
+    scope=_scope,
+    adapt=_adapt,
+    clear=lambda: _clear_graph_constants(),
+    checks_hold=_eager_context,  # (inference mode: the checks and plans do not depend on it)
+)
 
 
 def _constant(build: ConstantBuilder, config: Hashable, kind: str, device: Any, dtype: Any) -> Any:

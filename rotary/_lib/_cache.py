@@ -83,6 +83,7 @@ class CacheInfo(NamedTuple):
 # -- the libraries' context rules ------------------------------------------------------------------
 class _Library(NamedTuple):
     clean: Callable[[], bool]  # the current context is a plain eager scope
+    checks_hold: Callable[[], bool]  # checked signatures and plans made here hold in a plain scope
     scope: Callable[[], contextlib.AbstractContextManager[Any]]  # as plain a scope as can be entered
     adapt: Callable[[Any], Any]  # a stored value, valid in the current context
     clear: Callable[[], None]  # drops the library's own state (clear_cache)
@@ -98,11 +99,21 @@ def register_library(
     scope: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
     adapt: Callable[[Any], Any] | None = None,
     clear: Callable[[], None] | None = None,
+    checks_hold: Callable[[], bool] | None = None,
 ) -> None:
     """Register an array library's context rules (the backend layer does, on first use), and
-    the state it keeps of its own (torch: the constants compiled graphs read)."""
+    the state it keeps of its own (torch: the constants compiled graphs read).
+
+    ``checks_hold``: a context (default: a plain one, ``clean``) whose checked signatures and
+    decoding plans hold in every plain one.  Plans hold no array of the call (they read the
+    byte cache, whose values are built in ``scope``), so torch's inference mode is such a
+    context: serving under it keeps its memo."""
     _LIBRARIES[name] = _Library(
-        clean, scope or contextlib.nullcontext, adapt or (lambda v: v), clear or (lambda: None)
+        clean,
+        checks_hold or clean,
+        scope or contextlib.nullcontext,
+        adapt or (lambda v: v),
+        clear or (lambda: None),
     )
 
 
@@ -316,8 +327,9 @@ MISSING = _MISSING
 
 def memo_add(key: Hashable, plan: Any = None) -> None:
     """Remember that ``key`` passed the checks, with a backend's ``plan`` for it (a shortcut
-    that reads only the byte cache), when the context is a plain eager scope."""
-    if "signatures" in _OFF or not context_clean():
+    that reads only the byte cache), in a context where checks hold (a plain eager scope, or one
+    a library declares equivalent for them: torch's inference mode)."""
+    if "signatures" in _OFF or not all(lib.checks_hold() for lib in _LIBRARIES.values()):
         return
     if len(_MEMO) >= _MAX_MEMO:
         _MEMO.clear()
