@@ -268,27 +268,28 @@ def exclusive_state_scan(state: LinearAttentionState, axis_name: Any) -> LinearA
     """
     if not isinstance(state, tuple) or len(state) not in (3, 4):
         raise TypeError("state must be a LinearAttentionState(S, z, offset)")
-    if len(state) == 4 and state[3] is not None:
-        raise ValueError(
-            "exclusive_state_scan sums states: states with decay (log_decay) combine in order, which "
-            "it does not do; scan them with rotary.combine in sequence order"
-        )
     if not isinstance(axis_name, str):  # a torch.distributed process group (None: the world)
-        return _torch_prefixes([state], axis_name, "contiguous")[0]
+        return _torch_prefixes([LinearAttentionState(*state)], axis_name, "contiguous")[0]
     import jax
 
     n = int(jax.lax.axis_size(axis_name))
     S, z, off = state[:3]
+    ld = state[3] if len(state) == 4 else None
     off = jax.numpy.asarray(off, dtype=jax.numpy.int32)
     if n == 1:
-        return LinearAttentionState(S * 0, None if z is None else z * 0, off * 0)
-    parts = jax.lax.ppermute((S, z, off), axis_name, [(i, i + 1) for i in range(n - 1)])  # shard 0 gets 0
+        return LinearAttentionState(
+            S * 0, None if z is None else z * 0, off * 0, None if ld is None else ld * 0
+        )
+    # shard 0 gets zeros: the empty state (log-decay 0 keeps what comes after it whole)
+    parts = LinearAttentionState(
+        *jax.lax.ppermute((S, z, off, ld), axis_name, [(i, i + 1) for i in range(n - 1)])
+    )
     d = 1
-    while d < n:
-        recv = jax.lax.ppermute(parts, axis_name, [(i, i + d) for i in range(n - d)])
-        parts = tuple(None if a is None else a + b for a, b in zip(parts, recv, strict=True))
+    while d < n:  # Hillis-Steele, in order: earlier + later (decay and documents combine in order)
+        recv = jax.lax.ppermute(tuple(parts), axis_name, [(i, i + d) for i in range(n - d)])
+        parts = LinearAttentionState(*recv) + parts
         d *= 2
-    return LinearAttentionState(*parts)
+    return parts
 
 
 @entry
@@ -361,7 +362,11 @@ def sequence_parallel_linear_attention(
     for bad in ("state", "return_state", "key_mask", "k_pos"):
         if bad in kwargs:
             raise TypeError(f"sequence_parallel_linear_attention does not take {bad}=")
-    _no_documents(kwargs, "sequence_parallel_linear_attention")
+    causal = chk.check_bool(causal, "causal")
+    if not causal:
+        _no_documents(kwargs, "sequence_parallel_linear_attention with causal=False")
+    cu_seqlens, segment_ids = kwargs.pop("cu_seqlens", None), kwargs.pop("segment_ids", None)
+    log_gate = kwargs.pop("log_gate", None)
     q, k, v = (jnp.asarray(a) for a in (q, k, v))
     if not (q.ndim == k.ndim == v.ndim >= 2):
         raise ValueError(
@@ -387,7 +392,7 @@ def sequence_parallel_linear_attention(
             f"lead_axes must give one mesh axis (or None) per leading axis ({nl}), got {lead_axes!r}"
         )
     spec = P(*lead, axis_name, None)
-    sopts = {n: kwargs[n] for n in ("rope", "feature_map", "similarity") if n in kwargs}
+    sopts: dict[str, Any] = {n: kwargs[n] for n in ("rope", "feature_map", "similarity") if n in kwargs}
 
     if pos is not None:
         # Host positions are range-checked before JAX sees them (without x64, int64 would wrap).
@@ -401,31 +406,134 @@ def sequence_parallel_linear_attention(
         pos = jnp.zeros((0,), dtype=jnp.int32)  # placeholder, unused
         pspec = P(None)
     has_pos = pos.shape != (0,)
+    # documents: the run of every token (global), split like the positions; gates likewise
+    runs, rspec = _per_token(_global_runs(q, cu_seqlens, segment_ids), q, lead, axis_name, "segment_ids")
+    gate, gspec = _per_token(log_gate, q, lead, axis_name, "log_gate")
+    has_runs, has_gate = runs.shape != (0,), gate.shape != (0,)
+    if kwargs.get("decay") is not None:  # (per head: every shard's, host values moved once)
+        if is_array(kwargs["decay"]) and library_name(array_namespace(kwargs["decay"])) == "numpy":
+            kwargs["decay"] = jnp.asarray(kwargs["decay"])
+        sopts["decay"] = kwargs["decay"]
 
-    def local(qb: Array, kb: Array, vb: Array, pb: Array) -> Array:
+    def local(qb: Array, kb: Array, vb: Array, pb: Array, rb: Array, gb: Array) -> Array:
         p = pb if has_pos else None
-        st = linear_attention_state(kb, vb, p, **sopts)
+        docs = {"segment_ids": rb} if has_runs else {}
+        g = {"log_gate": gb} if has_gate else {}
+        st = linear_attention_state(kb, vb, p, **sopts, **docs, **g)
         if causal:
+            if has_runs:  # a document starting at this shard's first token forgets every earlier shard
+                fresh = _starts_a_document(rb, axis_name)
+                st = _forget_before(st, fresh)
             prefix = exclusive_state_scan(st, axis_name)
-            return linear_attention(qb, kb, vb, p, causal=True, state=prefix, **kwargs)
+            if has_runs:
+                prefix = _forget(prefix, fresh)
+            return linear_attention(qb, kb, vb, p, causal=True, state=prefix, **kwargs, **docs, **g)
         total = LinearAttentionState(jax.lax.psum(st.S, axis_name), jax.lax.psum(st.z, axis_name), 0)
         kp0 = None if p is None else jnp.zeros((0,), dtype=jnp.int32)
         # no keys of its own: every shard attends to the total through state=
         return linear_attention(qb, kb[..., :0, :], vb[..., :0, :], p, k_pos=kp0, state=total, **kwargs)
 
-    fn: Callable = jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec, pspec), out_specs=spec)
-    return fn(*(_place(a, mesh, s) for a, s in ((q, spec), (k, spec), (v, spec), (pos, pspec))))
+    fn: Callable = jax.shard_map(
+        local, mesh=mesh, in_specs=(spec, spec, spec, pspec, rspec, gspec), out_specs=spec
+    )
+    args = ((q, spec), (k, spec), (v, spec), (pos, pspec), (runs, rspec), (gate, gspec))
+    return fn(*(_place(a, mesh, s) for a, s in args))
+
+
+def _global_runs(q: Array, cu_seqlens: Any, segment_ids: Any) -> Any:
+    """The run (document) of every token of the whole sequence, ``(..., N)``; ``None`` without
+    documents (checked as :func:`rotary.linear_attention` checks them)."""
+    import jax.numpy as jnp
+
+    from ._packing import documents
+
+    docs = documents(backend_for(jnp), q.shape[-2], cu_seqlens, segment_ids, q)
+    return None if docs is None else docs.runs
+
+
+def _per_token(x: Any, q: Array, lead: tuple[Any, ...], axis_name: str, name: str) -> tuple[Array, Any]:
+    """A per-token array ``(..., N)`` (runs, gates) at the rank of ``q.shape[:-1]`` with its
+    ``PartitionSpec`` (the sequence over ``axis_name``, leading axes of size 1 unsplit); a
+    placeholder when ``x`` is ``None``."""
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    if x is None:
+        return jnp.zeros((0,), dtype=jnp.int32), P(None)
+    x = jnp.asarray(x)
+    nl = q.ndim - 2
+    if x.ndim < 1 or x.shape[-1] != q.shape[-2] or x.ndim > nl + 1:
+        raise ValueError(f"{name} of shape {x.shape} does not match q's tokens (..., {q.shape[-2]})")
+    x = jnp.reshape(x, (*(1,) * (nl + 1 - x.ndim), *x.shape))
+    return x, P(*(a if x.shape[i] != 1 else None for i, a in enumerate(lead)), axis_name)
+
+
+def _starts_a_document(runs: Array, axis_name: str) -> Array:
+    """``(...)``: this shard's first token starts a document (its run differs from the previous
+    shard's last token's; the first shard: nothing comes before it, so nothing is forgotten)."""
+    import jax
+
+    prev = jax.lax.ppermute(
+        runs[..., -1], axis_name, [(i, i + 1) for i in range(int(jax.lax.axis_size(axis_name)) - 1)]
+    )
+    first = jax.lax.axis_index(axis_name) == 0
+    return (runs[..., 0] != prev) & ~first
+
+
+def _forget_before(st: LinearAttentionState, fresh: Array) -> LinearAttentionState:
+    """``st`` combining with nothing before it where ``fresh`` (log-decay ``-inf``)."""
+    import jax.numpy as jnp
+
+    ld = jnp.zeros(st.S.shape[:-2], dtype=st.S.dtype) if st.log_decay is None else st.log_decay
+    return st._replace(log_decay=jnp.where(fresh, -jnp.inf, ld))
+
+
+def _forget(st: LinearAttentionState, fresh: Array) -> LinearAttentionState:
+    """The empty state where ``fresh``: the tokens before a document's first one are not its."""
+    import jax.numpy as jnp
+
+    S = jnp.where(fresh[..., None, None], 0, st.S)
+    z = None if st.z is None else jnp.where(fresh[..., None], 0, st.z)
+    return st._replace(S=S, z=z)
+
+
+def _rank_ids(q: Any, cu_seqlens: Any, segment_ids: Any, group: Any, sharding: str) -> Any:
+    """This rank's per-token document ids ``(..., N_local)``: its own part of ``segment_ids``, or
+    the runs of the global ``cu_seqlens`` at the tokens it holds; ``None`` without documents."""
+    if cu_seqlens is None:
+        if segment_ids is None:
+            return None
+        import torch
+
+        return segment_ids if is_array(segment_ids) else torch.as_tensor(segment_ids, device=q.device)
+    if segment_ids is not None:
+        raise ValueError("pass cu_seqlens= or segment_ids=, not both (they say the same thing)")
+    import torch
+    import torch.distributed as dist
+
+    from ._packing import documents
+
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    parts, mine = _chunks_of(rank, world, sharding)
+    n = q.shape[-2]
+    total = n * world
+    docs = documents(backend_for(array_namespace(q)), total, cu_seqlens, None, q)
+    assert docs is not None
+    runs = docs.runs
+    c = total // parts
+    return torch.cat([runs[i * c : (i + 1) * c] for i in mine])
 
 
 def _no_documents(kwargs: dict[str, Any], name: str) -> None:
-    """Packed documents across shards are not served yet: each shard would read the boundaries as
-    its own (a silent wrong answer), so they are refused."""
+    """Non-causal attention over packed documents or with decay across shards is not served:
+    each query would need its own document's keys from every shard, or the keys after it
+    decayed towards it (a second, reversed scan), so it is refused rather than answered wrong."""
     for bad in ("cu_seqlens", "segment_ids", "decay", "log_gate"):
         if kwargs.get(bad) is not None:
             raise TypeError(
-                f"{name} does not take {bad}= yet (the states of the shards would have to carry documents "
-                "and decay across shard boundaries): run rotary.linear_attention on the whole sequence, or "
-                "causal_linear_attention_dask (a chain of blocks, documents and decay included)"
+                f"{name} does not take {bad}= (a non-causal query needs its document's keys from "
+                "every shard, and decay towards it from both sides): run rotary.linear_attention on "
+                "the whole sequence; causal attention over shards takes documents and decay"
             )
 
 
@@ -485,15 +593,21 @@ def _unpacked(x: Array, like: LinearAttentionState, offset: Any) -> LinearAttent
 
 
 def _torch_prefixes(
-    states: list[LinearAttentionState], group: Any, sharding: str
+    states: list[LinearAttentionState], group: Any, sharding: str, ids: list[Any] | None = None
 ) -> list[LinearAttentionState]:
     """For each of this rank's chunk states (one, or two for ``"zigzag"``), the sum of the states
     of every chunk before it in the whole sequence (chunks of equal length); only the small
     ``(F, d_v)`` sums travel, in one all-gather.  Each prefix is a 0/1-weighted sum over all the
-    gathered states, so every rank's backward takes part in the (collective) gradient exchange."""
+    gathered states, so every rank's backward takes part in the (collective) gradient exchange.
+
+    With decay or documents (a ``log_decay``, or ``ids``: each chunk's per-token document ids),
+    the earlier chunks combine in order (:class:`~rotary.LinearAttentionState` ``+``), a chunk
+    whose first token starts a document forgets every chunk before it, and so does its prefix."""
     import torch
     import torch.distributed as dist
 
+    if ids is not None or any(s.log_decay is not None for s in states):
+        return _torch_ordered_prefixes(states, group, sharding, ids)
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     gathered = _gathered_chunks(states, group)
     chunk_id = torch.tensor(
@@ -504,6 +618,69 @@ def _torch_prefixes(
         w = (chunk_id < c).to(gathered.dtype)
         tot = (gathered * w.reshape(*w.shape, *(1,) * (gathered.ndim - 2))).sum(dim=(0, 1))
         out.append(_unpacked(tot, states[0], states[0].offset * c))
+    return out
+
+
+def _torch_ordered_prefixes(
+    states: list[LinearAttentionState], group: Any, sharding: str, ids: list[Any] | None
+) -> list[LinearAttentionState]:
+    import torch
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    like = states[0]
+    lead = tuple(like.S.shape[:-2])
+    with_ld = [
+        s._replace(log_decay=torch.zeros(lead, dtype=s.S.dtype, device=s.S.device))
+        if s.log_decay is None
+        else s._replace(log_decay=torch.broadcast_to(s.log_decay, lead).to(s.S.dtype))
+        for s in states
+    ]
+    packed = torch.stack(
+        [torch.cat([s.S.flatten(-2), s.z, s.log_decay[..., None]], dim=-1) for s in with_ld]  # pyright: ignore
+    )
+    if any(s.z is None for s in states):
+        raise ValueError("context parallelism needs normalised states (normalize=True)")
+    gathered = _all_gather(packed, group)  # (world, chunks per rank, ..., F*d_v + F + 1)
+    f, dv = like.S.shape[-2], like.S.shape[-1]
+    by_chunk: dict[int, tuple[int, int]] = {}
+    for r in range(world):
+        for j, cid in enumerate(_chunks_of(r, world, sharding)[1]):
+            by_chunk[cid] = (r, j)
+
+    def state_of(cid: int) -> LinearAttentionState:
+        r, j = by_chunk[cid]
+        x = gathered[r, j]
+        S = x[..., : f * dv].unflatten(-1, (f, dv))
+        return LinearAttentionState(S, x[..., f * dv : -1], 0, x[..., -1])
+
+    fresh: dict[int, Any] = {}
+    if ids is not None:  # each chunk's first and last document id, from every rank (no gradient)
+        ends = torch.stack([torch.stack([i[..., 0], i[..., -1]]) for i in ids])
+        all_ends = [torch.empty_like(ends) for _ in range(world)]
+        dist.all_gather(all_ends, ends.contiguous(), group=group)
+        for cid in by_chunk:
+            if cid:
+                r, j = by_chunk[cid]
+                pr, pj = by_chunk[cid - 1]
+                fresh[cid] = all_ends[r][j][0] != all_ends[pr][pj][1]
+
+    def forgetting(st: LinearAttentionState, cid: int) -> LinearAttentionState:
+        if cid not in fresh:
+            return st
+        f_ = fresh[cid]
+        return st._replace(log_decay=torch.where(f_, torch.full_like(st.log_decay, -torch.inf), st.log_decay))
+
+    out = []
+    for c in _chunks_of(rank, world, sharding)[1]:
+        first = state_of(0)  # (in every prefix, times 0 where c == 0: every rank's backward is collective)
+        acc = LinearAttentionState(first.S * 0, first.z * 0, 0, first.log_decay * 0)  # type: ignore[operator]  # pyright: ignore
+        for j in range(c):
+            acc = acc + forgetting(state_of(j), j)
+        if c in fresh:
+            keep = (~fresh[c]).to(acc.S.dtype)
+            acc = acc._replace(S=acc.S * keep[..., None, None], z=acc.z * keep[..., None])  # pyright: ignore
+        out.append(LinearAttentionState(acc.S, acc.z, like.offset * c, acc.log_decay))
     return out
 
 
@@ -552,13 +729,16 @@ def context_parallel_linear_attention(
     for bad in ("state", "return_state", "key_mask", "k_pos"):
         if bad in kwargs:
             raise TypeError(f"context_parallel_linear_attention does not take {bad}=")
-    _no_documents(kwargs, "context_parallel_linear_attention")
     if not dist.is_initialized():
         raise RuntimeError(
             "context_parallel_linear_attention needs torch.distributed.init_process_group first"
         )
     sharding = chk.check_choice(sharding, "sharding", SHARDINGS)
     causal = chk.check_bool(causal, "causal")
+    if not causal:
+        _no_documents(kwargs, "context_parallel_linear_attention with causal=False")
+    cu_seqlens, segment_ids = kwargs.pop("cu_seqlens", None), kwargs.pop("segment_ids", None)
+    log_gate = kwargs.pop("log_gate", None)
     n = q.shape[-2]
     pieces = 2 if sharding == "zigzag" else 1
     if n % pieces or k.shape[-2] != n or v.shape[-2] != n:
@@ -567,7 +747,8 @@ def context_parallel_linear_attention(
             f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
     c = n // pieces
-    sopts = {key: kwargs[key] for key in ("rope", "feature_map", "similarity") if key in kwargs}
+    sopts = {key: kwargs[key] for key in ("rope", "feature_map", "similarity", "decay") if key in kwargs}
+    ids = _rank_ids(q, cu_seqlens, segment_ids, group, sharding)
 
     def cut(x: Any, i: int, seq_axis: int = -2) -> Any:
         if x is None or pieces == 1:
@@ -581,12 +762,24 @@ def context_parallel_linear_attention(
         return x[..., i * c : (i + 1) * c] if x.shape[-1] != 1 else x
 
     chunks = [(cut(q, i), cut(k, i), cut(v, i), cut(pos, i, -1)) for i in range(pieces)]
-    states = [linear_attention_state(kc, vc, pc, **sopts) for _, kc, vc, pc in chunks]
+    extra = [  # (each piece's documents and gates)
+        {
+            **({} if ids is None else {"segment_ids": cut(ids, i, -1)}),
+            **({} if log_gate is None else {"log_gate": cut(log_gate, i, -1)}),
+        }
+        for i in range(pieces)
+    ]
+    states = [
+        linear_attention_state(kc, vc, pc, **sopts, **x)
+        for (_, kc, vc, pc), x in zip(chunks, extra, strict=True)
+    ]
     if causal:
-        prefixes = _torch_prefixes(states, group, sharding)
+        prefixes = _torch_prefixes(
+            states, group, sharding, None if ids is None else [x["segment_ids"] for x in extra]
+        )
         outs = [
-            linear_attention(qc, kc, vc, pc, causal=True, state=pre, **kwargs)
-            for (qc, kc, vc, pc), pre in zip(chunks, prefixes, strict=True)
+            linear_attention(qc, kc, vc, pc, causal=True, state=pre, **kwargs, **x)
+            for (qc, kc, vc, pc), pre, x in zip(chunks, prefixes, extra, strict=True)
         ]
     else:
         total = _unpacked(_gathered_chunks(states, group).sum(dim=(0, 1)), states[0], 0)

@@ -32,9 +32,25 @@ def _inputs():  # type: ignore[no-untyped-def]
     return q, k, v, w
 
 
-def _whole(causal: bool):  # type: ignore[no-untyped-def]
+#: Packed documents and decay (causal): boundaries inside shards and on their edges (N = 32 over
+#: 2 or 4 ranks, zig-zag chunks of 8 or 4 tokens), one id row per batch row; given globally as
+#: cu_seqlens, or as each rank's part of segment_ids and log_gate.
+CU = torch.tensor([0, 3, 8, 12, 13, 20, 32])
+SEG = torch.stack([torch.repeat_interleave(torch.arange(6), CU.diff()), (torch.arange(N) >= 16).long()])
+SEG = SEG[:, None, :]
+GATE = -torch.rand(2, 2, N, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 0.3
+VARIANTS = {
+    "plain": {},
+    "cu_seqlens": {"cu_seqlens": CU},
+    "segment_ids": {"segment_ids": SEG},
+    "decay": {"decay": torch.tensor([0.9, 0.7], dtype=torch.float64)},  # (per key head)
+    "gates and documents": {"log_gate": GATE, "segment_ids": SEG, "decay": 0.9},
+}
+
+
+def _whole(causal: bool, variant: str = "plain"):  # type: ignore[no-untyped-def]
     q, k, v, w = (t.clone().requires_grad_(i < 3) for i, t in enumerate(_inputs()))
-    out = rotary.linear_attention(q, k, v, torch.arange(N), causal=causal, chunk_size=4)
+    out = rotary.linear_attention(q, k, v, torch.arange(N), causal=causal, chunk_size=4, **VARIANTS[variant])
     (out * w).sum().backward()
     return out.detach(), q.grad, k.grad, v.grad
 
@@ -89,6 +105,36 @@ def run(rank: int, world: int, init: str, out_path: str) -> None:
                     float((a - b).abs().max() / max(1.0, float(b.abs().max()))) for a, b in zip(got, want)
                 ]
                 results[f"{sharding}/causal={causal}"] = {
+                    "out": errs[0],
+                    "grads": max(errs[1:]),
+                    "rope": rope_err,
+                    "world": dist.get_world_size(),
+                }
+        for variant, opts in VARIANTS.items():  # (causal: documents and decay across shards)
+            if variant == "plain":
+                continue
+
+            local = {
+                key: shard_sequence(val[..., None], rank=rank, world=world, sharding=sharding)[..., 0]
+                if key in ("segment_ids", "log_gate")
+                else val
+                for key, val in opts.items()
+            }
+            q, k, v, w = (
+                shard_sequence(t, rank=rank, world=world, sharding=sharding) for t in (q0, k0, v0, w0)
+            )
+            q, k, v = (t.clone().requires_grad_(True) for t in (q, k, v))
+            out = context_parallel_linear_attention(
+                q, k, v, pos, sharding=sharding, causal=True, chunk_size=4, **local
+            )
+            (out * w).sum().backward()
+            got = [_unshard(_gather(t, world), sharding) for t in (out.detach(), q.grad, k.grad, v.grad)]
+            if rank == 0:
+                want = _whole(True, variant)
+                errs = [
+                    float((a - b).abs().max() / max(1.0, float(b.abs().max()))) for a, b in zip(got, want)
+                ]
+                results[f"{sharding}/causal=True/{variant}"] = {
                     "out": errs[0],
                     "grads": max(errs[1:]),
                     "rope": rope_err,

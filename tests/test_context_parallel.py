@@ -33,7 +33,11 @@ def test_context_parallel_matches_one_process(world, tmp_path):
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     results = json.loads(out.read_text())
-    assert set(results) == {f"{s}/causal={c}" for s in ("contiguous", "zigzag") for c in (True, False)}
+    variants = ("cu_seqlens", "segment_ids", "decay", "gates and documents")  # (issue 42: documents)
+    assert set(results) == {
+        *(f"{s}/causal={c}" for s in ("contiguous", "zigzag") for c in (True, False)),
+        *(f"{s}/causal=True/{v}" for s in ("contiguous", "zigzag") for v in variants),
+    }
     for name, r in results.items():
         assert r["world"] == world
         assert r["rope"] == 0.0, f"{name}: RoPE of a shard differs from the whole sequence's"

@@ -431,3 +431,84 @@ def test_jax_sequence_sharded_attention_moves_only_states(jax8):
             assert r["collectives"] == ["collective-permute"], f"{name}: {r['collectives']}"
         if name.startswith("sequence_parallel/causal=False"):
             assert r["collectives"] == ["all-reduce"], f"{name}: {r['collectives']}"
+
+
+_JAX_DOCS_SCRIPT = textwrap.dedent(
+    """
+    import json
+    import jax, jax.numpy as jnp, numpy as np
+    import rotary
+    from rotary.distributed import sequence_parallel_linear_attention as sp
+
+    jax.config.update("jax_enable_x64", True)
+    assert jax.device_count() == 4, jax.devices()
+    rng = np.random.default_rng(0)
+    N = 24  # 4 shards of 6 tokens
+    q, k, v = (jnp.asarray(rng.normal(size=(2, 3, N, 8))) for _ in range(3))
+    w = rng.normal(size=(2, 3, N, 8))
+    mesh = jax.make_mesh((4,), ("seq",))
+    CU = np.array([0, 5, 12, 18, 24])
+    ROWS = np.array([[0] * 5 + [1] * 7 + [2] * 12, [0] * 12 + [1] * 12])[:, None]
+    SEG = np.array([0] * 7 + [1] * 11 + [2] * 6)
+    cases = {
+        "cu_seqlens inside and on shard edges": dict(cu_seqlens=np.array([0, 5, 12, 18, 24])),
+        "one document": dict(cu_seqlens=np.array([0, 24])),
+        "documents of one token": dict(cu_seqlens=np.array([0, 1, 2, 6, 7, 13, 20, 24])),
+        "segment_ids per row": dict(segment_ids=ROWS),
+        "decay": dict(decay=0.9),
+        "decay per head and documents": dict(decay=np.array([0.9, 0.8, 0.95]), cu_seqlens=CU),
+        "gates and documents": dict(log_gate=-rng.uniform(0, 0.3, size=(2, 3, N)), segment_ids=SEG),
+    }
+    results = {}
+    for name, kw in cases.items():
+        for p in (np.arange(N), None) if name.startswith("cu_seqlens") else (np.arange(N),):
+            loss = lambda f: lambda q, k, v: jnp.sum(f(q, k, v) * w)
+            jkw = {n: jnp.asarray(a) if n in ("decay", "log_gate") else a for n, a in kw.items()}
+            whole = lambda q, k, v: rotary.linear_attention(q, k, v, p, causal=True, chunk_size=4, **jkw)
+            split = lambda q, k, v: sp(q, k, v, p, mesh=mesh, axis_name="seq", chunk_size=4, **kw)
+            want, got = whole(q, k, v), jax.jit(split)(q, k, v)
+            gw = jax.grad(loss(whole), argnums=(0, 1, 2))(q, k, v)
+            gg = jax.jit(jax.grad(loss(split), argnums=(0, 1, 2)))(q, k, v)
+            scale = max(1.0, float(np.abs(np.asarray(want)).max()))
+            results[f"{name}/pos={p is not None}"] = dict(
+                out=float(np.abs(np.asarray(got) - np.asarray(want)).max()) / scale,
+                grads=max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(gg, gw)) / scale,
+            )
+    try:
+        sp(q, k, v, None, mesh=mesh, axis_name="seq", causal=False, cu_seqlens=np.array([0, 5, 24]))
+        refused = None
+    except TypeError as e:
+        refused = str(e)
+    print("RESULTS" + json.dumps({"results": results, "refused": refused}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_sequence_parallel_documents_decay_and_gates_across_shards():
+    # Issue 42: the sequence-parallel variant took no documents (a shard boundary may cut one);
+    # now a document starting at a shard's first token forgets every earlier shard, the shards'
+    # states combine in order (decay, gates), and every case equals one device's call, gradients
+    # too (float64).  Non-causal attention over documents across shards is refused in words.
+    pytest.importorskip("jax")
+    env = dict(os.environ)
+    env.update(
+        XLA_FLAGS="--xla_force_host_platform_device_count=4",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _JAX_DOCS_SCRIPT],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS"))
+    got = json.loads(line[len("RESULTS") :])
+    assert len(got["results"]) == 8
+    for name, r in got["results"].items():
+        assert r["out"] <= 16 * eps("float64") and r["grads"] <= 16 * eps("float64"), f"{name}: {r}"
+    assert got["refused"] and "non-causal query needs its document's keys" in got["refused"]
