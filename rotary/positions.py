@@ -132,6 +132,9 @@ def _packed(x: Any, name: str, total: Any, xp: Any, device: Device, *, cu: bool)
     be = backend_for(_namespace(x, xp, name))
     xp = be.xp
     arr = _as_int_array(x, name, be, device)
+    be.check_dense([(name, arr)])  # (pydata sparse: .todense(), not a total= that fails next)
+    for fn in ("arange", "where", "take") if cu else ("arange", "cumulative_sum", "where", "take"):
+        getattr(xp, fn)  # (what it needs, before any advice: a total= that fails next is none)
     if cu and arr.shape[0] == 0:
         raise ValueError("cu_seqlens must have n_docs + 1 >= 1 entries, got none")
     device = be.creation_device(arr) if device is None else device

@@ -189,3 +189,16 @@ def test_torch_masked_tensors_follow_the_mask_rule_of_numpy_masked_arrays():
         assert torch.isfinite(out).all()
         out = rotary.linear_attention(plain, plain, plain, torch.arange(5), causal=True, key_mask=keys)
         assert torch.isfinite(out).all()
+
+
+def test_sparse_lengths_get_a_remedy_that_works():
+    # Issue 44, reproduction 15: for pydata sparse lengths the advice was total=, which then
+    # failed for another reason (sparse has no cumulative_sum or arange).
+    sparse = pytest.importorskip("sparse")
+    for fn, host in ((rotary.positions.from_lengths, [2, 3]), (rotary.positions.from_cu_seqlens, [0, 2, 5])):
+        lengths = sparse.COO.from_numpy(np.array(host))
+        for kw in ({}, {"total": 5}):
+            with pytest.raises(TypeError, match=r"todense\(\)") as e:
+                fn(lengths, **kw)
+            assert "total=" not in str(e.value)
+        np.testing.assert_array_equal(fn(lengths.todense()), [0, 1, 0, 1, 2])  # (the remedy, followed)
