@@ -213,7 +213,7 @@ class ModelRopeReport:
 # -- configs and adapters --------------------------------------------------------------------------
 def load_config(config: Any) -> tuple[dict[str, Any], str]:
     """``config`` as a dict and a name: a dict, a ``config.json`` path (or its folder), JSON text,
-    a case of the field report's matrix (``conformance.engines.cases``), or a ``model_type`` of the
+    a case of the field report's matrix (:mod:`rotary.testing.cases`), or a ``model_type`` of the
     census (its ``transformers`` config class's defaults; needs ``transformers``)."""
     if isinstance(config, Mapping):
         d = dict(config)
@@ -230,13 +230,11 @@ def load_config(config: Any) -> tuple[dict[str, Any], str]:
     if os.path.exists(text):
         d = _as_dict(text)
         return d, os.path.basename(os.path.normpath(text))
-    # (both optional, imported by name: rotary type-checks with its core dependencies alone)
-    try:
-        cases = importlib.import_module("conformance.engines.cases").CASES  # shipped beside rotary
-        if text in cases:
-            return dict(cases[text].config), text
-    except ImportError:
-        pass
+    from .cases import CASES
+
+    if text in CASES:
+        return dict(CASES[text].config), text
+    # (optional, imported by name: rotary type-checks with its core dependencies alone)
     try:
         CONFIG_MAPPING = importlib.import_module("transformers").CONFIG_MAPPING
     except ImportError:
