@@ -364,8 +364,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--head-dim", type=int, default=64, help="head dimension to check (default: 64)")
     g.add_argument(
         "--dtypes",
-        default="float32",
-        help="comma-separated float dtypes: float32, float64, float16, bfloat16 (default: float32)",
+        default=None,
+        help="comma-separated float dtypes: float32, float64, float16, bfloat16 (default: float32; "
+        "with --config, the adapter's own DTYPES, else float32,bfloat16)",
     )
     g.add_argument(
         "--angle-eps",
@@ -405,7 +406,11 @@ def _main_config(ap: argparse.ArgumentParser, args: argparse.Namespace) -> tuple
 
     if args.against is None:
         ap.error("--config needs --against ADAPTER (the engine to check)")
-    dtypes = _names(ap, args.dtypes, ["float32", "float16", "bfloat16"], "dtype", "--dtypes")
+    dtypes = (
+        None
+        if args.dtypes is None
+        else _names(ap, args.dtypes, ["float32", "float16", "bfloat16"], "dtype", "--dtypes")
+    )
     lts = None if args.layer_types is None else [t.strip() for t in args.layer_types.split(",") if t.strip()]
     try:
         rep = check_model_rope(args.against, args.config, dtypes=dtypes, layer_types=lts)
@@ -461,8 +466,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {len(vectors.index_names())} cases; format: {vectors.HERE / 'README.md'}")
         return 0
     if args.config is not None:
-        if args.dtypes == "float32":  # (the default of --against alone)
-            args.dtypes = "float32,bfloat16"
         rep, text = _main_config(ap, args)
     elif args.against is None:
         env_value = os.environ.get("ROTARY_BACKENDS") or None
@@ -489,7 +492,9 @@ def main(argv: list[str] | None = None) -> int:
         from .vectors import index_names
 
         bks = _select_backends(ap, args.backends or "numpy", "--backends")
-        dtypes = _names(ap, args.dtypes, ["float32", "float64", "float16", "bfloat16"], "dtype", "--dtypes")
+        dtypes = _names(
+            ap, args.dtypes or "float32", ["float32", "float64", "float16", "bfloat16"], "dtype", "--dtypes"
+        )
         cases = None
         if args.cases is not None:
             cases = _names(ap, args.cases, index_names(), "golden case", "--cases")

@@ -57,3 +57,20 @@ def test_the_skeleton_from_the_command_line(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert res.stdout.strip() == "all checks hold"
+
+
+def test_cli_honours_the_adapters_dtypes_and_prints_every_message(tmp_path, monkeypatch):
+    # Issue 43 (the newcomer's gaps): the CLI ignored an adapter's own DTYPES (float16 needed
+    # --dtypes), and report.txt hid the messages of passing checks (only report.json had them).
+    import json
+
+    from conformance.report import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["--against", "conformance.engines.skeleton", "--config", "default", "--quiet"]) == 0
+    rep = json.loads((tmp_path / "conformance-report" / "report.json").read_text())
+    assert {r["dtype"] for r in rep["results"]} == {"float32", "bfloat16", "float16"}
+    text = (tmp_path / "conformance-report" / "report.txt").read_text()
+    for r in rep["results"]:
+        if r["message"]:
+            assert r["message"] in text, r["message"]

@@ -86,7 +86,7 @@ def test_nothing_under_rotary_imports_from_conformance():
             elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "import_module":
                 names = [
                     a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
-                ]  # noqa: E501
+                ]
             where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
             offenders += [f"{where}: {n}" for n in names if n.split(".")[0] == "conformance"]
     assert not offenders, offenders

@@ -196,7 +196,7 @@ class ModelRopeReport:
         for r in self.results:
             e = f"{r.error:8.3g}" if math.isfinite(r.error) else f"{'-':>8}"
             lines.append(f"  {r.check:<17} {r.layer_type or '-':<20} {r.dtype:<9} {r.status:<14} {e}")
-            if r.message and r.status != "pass":
+            if r.message:  # (a passing check's words too: "refuses positions from 4096 on")
                 lines.append(f"      -> {r.message}")
         if not self.supported:
             lines.append("  not supported: the engine cannot express this config")
@@ -458,7 +458,7 @@ def check_model_rope(
     config: Any,
     *,
     layer_types: Sequence[str | None] | None = None,
-    dtypes: Sequence[str] = ("float32", "bfloat16"),
+    dtypes: Sequence[str] | None = None,
     positions: Sequence[int] | None = None,
     ulps: float = 8.0,
     heads: tuple[int, int] = (2, 1),
@@ -474,8 +474,9 @@ def check_model_rope(
         report (``"yarn"``, ``"llama3"``...) or a ``transformers`` model type (its defaults).
     layer_types : sequence, optional
         Only these layer types (default: every distinct RoPE of the config).
-    dtypes : sequence of str
-        ``"float32"``, ``"bfloat16"``, ``"float16"`` (each checked apart).
+    dtypes : sequence of str, optional
+        ``"float32"``, ``"bfloat16"``, ``"float16"`` (each checked apart); default: the
+        adapter's own ``DTYPES`` where it declares them, else float32 and bfloat16.
     positions : sequence of int, optional
         Extra positions to check (table boundaries are added: the config's context, its
         scaling's original context, the engine's ``max_position``).
@@ -500,6 +501,8 @@ def check_model_rope(
         version = f"unknown ({type(e).__name__})"
     model = hf.model_rope(cfg)
     code = adapter_files(ad)
+    if dtypes is None:
+        dtypes = tuple(getattr(ad, "DTYPES", None) or ("float32", "bfloat16"))
     results: list[ModelCheck] = []
     for lt, index, rope in _layers(cfg):
         if layer_types is not None and lt is not None and lt not in layer_types:
