@@ -143,14 +143,35 @@ class RotaryForward:
         angles: AngleMethod,
         names: tuple[str, str],
         previous: Any,
+        module: Any = None,
     ) -> None:
         self.entry = entry
         self.angles = angles
         self.names = names  # the module's parameter names for x and position_ids
         self.previous = previous  # an instance ``forward`` that was there before (restored by unpatch)
         self.ropes = dict(entry.ropes)
+        self.module = module
+        self.owner: Any = None  # (the model whose rotary_patch reports it)
+        # float32 mode is transformers' numbers bit for bit: where those depend on the module's
+        # state (dynamic scalings grow their frequencies and keep them between calls) or on its
+        # buffers as cast after patching (model.to(bfloat16)), the module's own forward gives them
+        self.stateful = angles == "float32" and any(not r.static for r in self.ropes.values())
+
+    def _own(self) -> Any:
+        """The module's own forward where float32 mode must follow its state or cast buffers."""
+        if self.angles != "float32" or self.module is None:
+            return None
+        inv = self.module.__dict__.get("_buffers", {}).get("inv_freq")
+        if not self.stateful and (inv is None or not _narrow(inv)):
+            return None
+        if self.previous is not None:
+            return self.previous
+        return type(self.module).forward.__get__(self.module)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        own = self._own()
+        if own is not None:
+            return own(*args, **kwargs)
         if len(args) > 3:
             raise TypeError(
                 f"{self.entry.path}: forward takes (x, position_ids[, layer_type]), got {len(args)} args"
@@ -369,9 +390,10 @@ def plan(model: Any, angles: AngleMethod, read: Reader) -> list[_Plan]:
     for path, module in model.named_modules():
         if not is_rotary_module(module):
             continue
-        if isinstance(module.__dict__.get("forward"), RotaryForward):
+        found = installed(module)
+        if found is not None:
             raise ValueError(
-                f"{path or type(model).__name__} is already patched (angles={module.forward.angles!r}): "
+                f"{path or type(model).__name__} is already patched (angles={found[1].angles!r}): "
                 "call rotary.hf.unpatch(model) first"
             )
         config = getattr(module, "config", None) or default
@@ -448,23 +470,92 @@ def refusal(model: Any, refused: Iterable[_Plan]) -> str:
     )
 
 
-def install(plans: Iterable[_Plan], angles: AngleMethod) -> None:
-    """Replace each planned module's forward (after every check passed: all or nothing)."""
+def install(plans: Iterable[_Plan], angles: AngleMethod, owner: Any) -> list[RotaryForward]:
+    """Replace each planned module's forward (after every check passed: all or nothing); each
+    knows the ``owner`` whose ``rotary_patch`` reports it."""
+    out = []
     for p in plans:
         assert p.entry is not None
         previous = p.module.__dict__.get("forward")
-        p.module.forward = RotaryForward(p.entry, angles, p.names, previous)
+        fwd = RotaryForward(p.entry, angles, p.names, previous, p.module)
+        fwd.owner = owner
+        p.module.forward = fwd
+        out.append(fwd)
+    return out
+
+
+def installed(module: Any) -> tuple[str, RotaryForward] | None:
+    """``(attribute, forward)`` where rotary's forward sits in ``module``: its own ``forward``, or
+    inside a wrapper (accelerate's ``_old_forward``; ``functools.wraps`` and ``partial`` chains)."""
+    # (a hooked module calls its _old_forward: the hook's own __wrapped__ may be stale)
+    for attr in ("_old_forward",) if "_old_forward" in module.__dict__ else ("forward",):
+        f = module.__dict__.get(attr)
+        for _ in range(8):  # (a bounded unwrap)
+            if isinstance(f, RotaryForward):
+                return attr, f
+            inner = getattr(f, "__wrapped__", None) or getattr(f, "func", None)
+            if inner is None or inner is f:
+                break
+            f = inner
+    return None
 
 
 def uninstall(model: Any) -> int:
-    """Restore every patched module's own forward; the number restored."""
+    """Restore every patched module's own forward (wrapped or not); the number restored.  Each
+    owner's report then lists only the modules still patched, and goes when none is."""
     n = 0
+    owners: dict[int, Any] = {}
     for _, module in model.named_modules():
-        fwd = module.__dict__.get("forward")
-        if isinstance(fwd, RotaryForward):
+        found = installed(module)
+        if found is None:
+            continue
+        attr, fwd = found
+        if attr == "forward" and module.__dict__.get("forward") is fwd:
             if fwd.previous is None:
                 del module.forward
             else:
                 module.forward = fwd.previous
-            n += 1
+        else:  # (inside a wrapper: the wrapper now calls the module's own forward)
+            own = fwd.previous if fwd.previous is not None else type(module).forward.__get__(module)
+            if module.__dict__.get(attr) is fwd:
+                setattr(module, attr, own)
+            else:
+                module.forward = _rewrap(module.__dict__[attr], fwd, own)
+        owner = getattr(fwd, "owner", None)
+        if owner is not None:
+            owners[id(owner)] = owner
+        n += 1
+    for owner in (*owners.values(), *(m for _, m in model.named_modules())):
+        _refresh_report(owner)
     return n
+
+
+def _rewrap(f: Any, target: Any, own: Any) -> Any:
+    """``f`` with ``target`` replaced by ``own`` inside its ``functools.partial`` chain."""
+    import functools
+
+    if f is target:
+        return own
+    if isinstance(f, functools.partial):
+        return functools.partial(_rewrap(f.func, target, own), *f.args, **f.keywords)
+    raise ValueError(
+        f"rotary's forward sits inside a wrapper it cannot rebuild ({type(f).__name__}); remove the "
+        "wrapper (e.g. accelerate.hooks.remove_hook_from_module) before unpatching"
+    )
+
+
+def _refresh_report(owner: Any) -> None:
+    """``owner.rotary_patch`` lists the modules still patched (none: it goes)."""
+    rep = getattr(owner, "__dict__", {}).get("rotary_patch")
+    if not isinstance(rep, PatchReport):
+        return
+    live = set()
+    for path, module in owner.named_modules():
+        found = installed(module)
+        if found is not None and getattr(found[1], "owner", None) is owner:
+            live.add(path)
+    keep = tuple(m for m in rep.modules if m.path in live)
+    if not keep:
+        del owner.__dict__["rotary_patch"]
+    elif len(keep) != len(rep.modules):
+        owner.__dict__["rotary_patch"] = dataclasses.replace(rep, modules=keep)

@@ -612,9 +612,13 @@ def patch(model: Any, *, angles: AngleMethod = "exact", strict: bool = True) -> 
         ``"exact"``: angles within 2e-7 rad of the truth at every position up to 2**36 (the
         model's own float32 recipe is off by 0.06 rad at 2**20 and 1 rad at 2**24), so the
         logits stay at the network's own float32 rounding at every position (the bound of
-        :doc:`/guides/numerics`); cos/sin in float64 for a float64 model.  ``"float32"``:
-        transformers' own recipe, bit for bit the unpatched model's outputs (the
-        complex-frequency DeepSeek-V2 and Llama 4 through ``torch.polar``, as they form them).
+        :doc:`/guides/numerics`); cos/sin in the dtype the module returns (float64 for a float64
+        model, where the module follows the model's dtype; float32 from a module that always
+        returns float32, OLMo 3's).  ``"float32"``: transformers' own recipe, bit for bit the
+        unpatched model's outputs (the complex-frequency DeepSeek-V2 and Llama 4 through
+        ``torch.polar``, as they form them); where those numbers depend on the module's state
+        or on buffers cast after patching (a dynamic scaling's frequencies grown by an earlier
+        call and kept; ``model.to(torch.bfloat16)``), the module's own forward gives them.
     strict : bool
         ``False``: leave the modules rotary cannot serve as they are, listed with their reason in
         ``model.rotary_patch.kept`` (vision towers whose RoPE rotary does not read, for example).
@@ -657,7 +661,7 @@ def patch(model: Any, *, angles: AngleMethod = "exact", strict: bool = True) -> 
     if refused and (strict or len(refused) == len(plans)):
         raise ValueError(_hf_patch.refusal(model, refused))
     served = [p for p in plans if p.entry is not None]
-    _hf_patch.install(served, angles)
+    _hf_patch.install(served, angles, model)
     model.rotary_patch = _hf_patch.PatchReport(
         angles,
         tuple(p.entry for p in served if p.entry is not None),
@@ -669,7 +673,11 @@ def patch(model: Any, *, angles: AngleMethod = "exact", strict: bool = True) -> 
 def unpatch(model: Any) -> Any:
     """Restore the rotary embedding modules :func:`patch` replaced; returns the model.
 
-    The model then computes exactly what it computed before :func:`patch` (bit for bit).
+    The model then computes exactly what it computed before :func:`patch` (bit for bit).  Any
+    part of the model, or a wrapper of it (a PEFT model, ``torch.compile``'s), may be given: the
+    modules under it are restored, including forwards that accelerate's hooks wrapped, and the
+    report of the model that was patched then lists only the modules still patched (none: it
+    goes).
 
     Examples
     --------
@@ -684,8 +692,6 @@ def unpatch(model: Any) -> Any:
         raise TypeError(f"model must be a transformers (torch) model, got {type(model).__name__}")
     if _hf_patch.uninstall(model) == 0:
         raise ValueError(f"{type(model).__name__} is not patched by rotary.hf.patch")
-    if "rotary_patch" in vars(model):
-        del model.rotary_patch
     return model
 
 

@@ -1,0 +1,119 @@
+"""``rotary.hf.patch`` on models as they are deployed (issue 44): cast after patching, unpatching a
+part or a wrapper, accelerate's offload hooks, PEFT, dynamic NTK's state between calls."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import rotary  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+
+
+def tiny(**rope):
+    cfg = transformers.LlamaConfig(
+        hidden_size=64,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        intermediate_size=64,
+        vocab_size=128,
+        max_position_embeddings=32,
+        **rope,
+    )
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(cfg).eval()
+
+
+def _pair(**rope):
+    """A model and an unpatched twin with the same weights."""
+    a, b = tiny(**rope), tiny(**rope)
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+def _ids(n: int = 8):
+    return torch.randint(0, 128, (1, n), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("cast", ["bfloat16", "half"])
+def test_a_cast_after_patching_follows_transformers_in_float32_mode(cast):
+    # Issue 44, reproduction 1: patched with angles="float32", then .to(torch.bfloat16) or
+    # .half(): the logits differed from the unpatched model cast the same way by 2e-3 (bf16) and
+    # 2e-4 (fp16), even at positions 0 to 7 (transformers rotates by the cast inv_freq).
+    model, twin = _pair()
+    rotary.hf.patch(model, angles="float32")
+    model = model.to(torch.bfloat16) if cast == "bfloat16" else model.half()
+    twin = twin.to(torch.bfloat16) if cast == "bfloat16" else twin.half()
+    with torch.no_grad():
+        assert torch.equal(model(_ids()).logits, twin(_ids()).logits)
+    assert model.rotary_patch.angles == "float32"
+
+
+def test_dynamic_ntk_follows_transformers_state_between_calls_in_float32_mode():
+    # Issue 44, reproduction 4: a 60-token call, then a 40-token call, both above
+    # max_position_embeddings = 32: transformers keeps its grown frequencies between calls, and
+    # the patched module did not (6e-4 apart on the second call).
+    model, twin = _pair(rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    rotary.hf.patch(model, angles="float32")
+    with torch.no_grad():
+        for n in (60, 40, 20, 50, 70, 33):
+            assert torch.equal(model(_ids(n)).logits, twin(_ids(n)).logits), n
+
+
+def test_unpatching_a_part_leaves_no_report_behind():
+    # Issue 44, reproduction 2: patch(model); unpatch(model.model) restored the modules but left
+    # model.rotary_patch, and unpatch(model) then said "not patched".
+    model, twin = _pair()
+    rotary.hf.patch(model)
+    rotary.hf.unpatch(model.model)
+    assert not hasattr(model, "rotary_patch")
+    with pytest.raises(ValueError, match="not patched"):  # (true now: nothing is)
+        rotary.hf.unpatch(model)
+    with torch.no_grad():
+        assert torch.equal(model(_ids()).logits, twin(_ids()).logits)
+    # a patched model still pickles (the report and the modules travel together)
+    rotary.hf.patch(model, angles="float32")
+    again = pickle.loads(pickle.dumps(model))
+    assert [m.path for m in again.rotary_patch.modules] == ["model.rotary_emb"]
+    rotary.hf.unpatch(again)
+    assert not hasattr(again, "rotary_patch")
+
+
+def test_unpatching_the_peft_model_leaves_nothing_behind():
+    # Issue 44, reproduction 2: patch, then peft.get_peft_model, then unpatch(peft_model) left
+    # the report on the base model.
+    peft = pytest.importorskip("peft")
+    model = tiny()
+    rotary.hf.patch(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pm = peft.get_peft_model(model, peft.LoraConfig(target_modules=["q_proj"], r=2))
+    rotary.hf.unpatch(pm)
+    assert not any(hasattr(m, "rotary_patch") for _, m in pm.named_modules())
+    assert not hasattr(model, "rotary_patch")
+
+
+def test_forwards_wrapped_by_accelerate_are_recognised():
+    # Issue 44, reproduction 3: patch, then accelerate.cpu_offload(model), then unpatch(model)
+    # raised "is not patched" (rotary's forward still ran, inside accelerate's _old_forward); a
+    # second patch was then accepted, and unpatching it left the first one active.
+    accelerate = pytest.importorskip("accelerate")
+    model, twin = _pair()
+    with torch.no_grad():
+        before = twin(_ids(), position_ids=torch.arange(8)[None] + 2**24).logits
+    rotary.hf.patch(model, angles="float32")
+    accelerate.cpu_offload(model, execution_device=torch.device("cpu"))
+    with pytest.raises(ValueError, match="already patched"):
+        rotary.hf.patch(model)
+    rotary.hf.unpatch(model)
+    assert not hasattr(model, "rotary_patch")
+    with pytest.raises(ValueError, match="not patched"):
+        rotary.hf.unpatch(model)
+    with torch.no_grad():
+        assert torch.equal(model(_ids(), position_ids=torch.arange(8)[None] + 2**24).logits, before)
