@@ -43,7 +43,9 @@ Layout = Literal["cat", "interleave", "pairs", "complex"]
 _N = 32
 _STEP = 37
 _NAMED = re.compile(r"(Rotary|RoPE|Rope)\w*Embedding")
-_TOWER = re.compile(r"vision|audio|speech|video|encoder|vit")
+#: What names a vision or audio tower, in a module's path or its config's model type ("encoder"
+#: alone does not: CLVP's text encoder is an encoder of text).
+_TOWER = re.compile(r"vision|visual|audio|speech|video|(^|[._])vit([._]|$)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -458,7 +460,7 @@ def refusal(model: Any, refused: Iterable[_Plan]) -> str:
     """The error of modules rotary cannot serve: each named, with its family and the reason."""
     lines = []
     for p in refused:
-        tower = " (a vision/audio tower)" if _TOWER.search(str(p.model_type)) else ""
+        tower = " (a vision/audio tower)" if _TOWER.search(f"{p.path} {p.model_type}") else ""
         lines.append(
             f"  {p.path} ({type(p.module).__name__}, model type {p.model_type!r}){tower}: {p.reason}"
         )

@@ -117,3 +117,20 @@ def test_forwards_wrapped_by_accelerate_are_recognised():
         rotary.hf.unpatch(model)
     with torch.no_grad():
         assert torch.equal(model(_ids(), position_ids=torch.arange(8)[None] + 2**24).logits, before)
+
+
+def _clvp():
+    enc = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    enc["projection_dim"] = 16
+    dec = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_mel_attn_blocks=1)
+    cfg = transformers.ClvpConfig(text_config=enc, speech_config=dict(enc), decoder_config=dec)
+    return transformers.ClvpModelForConditionalGeneration(cfg).eval()
+
+
+def test_refusals_name_towers_truly():
+    # Issue 44, reproduction 6: CLVP's text encoder was called "(a vision/audio tower)".
+    with pytest.raises(ValueError) as e:
+        rotary.hf.patch(_clvp())
+    lines = {ln.split()[0]: ln for ln in str(e.value).splitlines() if "rotary_pos_emb" in ln}
+    assert "(a vision/audio tower)" not in lines["text_encoder_model.rotary_pos_emb"]
+    assert "(a vision/audio tower)" in lines["speech_encoder_model.rotary_pos_emb"]
