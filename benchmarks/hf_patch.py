@@ -136,7 +136,25 @@ def bench_patch(quick: bool, reps: int) -> list[Any]:
     }
     peer = f"{emb}: transformers"
     targets = {f"{emb}: patched (exact)": (peer, 1.25), f"{emb}: patched (float32)": (peer, 1.25)}
-    return rows + _rows("HF patch", "torch eager", compare(cases, reps=reps, inner=20), targets, floor=None)
+    rows += _rows("HF patch", "torch eager", compare(cases, reps=reps, inner=20), targets, floor=None)
+    # a decoding step: the module's call at one position (of a long context)
+    x1, p1 = torch.zeros(1, 1, cfg.hidden_size), torch.tensor([[4095]])
+    one = "rotary_emb, decoding step (1 position)"
+
+    def step(model: Any) -> Any:
+        module = model.model.rotary_emb
+        return lambda: module(x1, p1)
+
+    cases = {
+        f"{one}: patched (exact)": step(exact),
+        f"{one}: patched (float32)": step(f32),
+        f"{one}: transformers": step(base),
+    }
+    peer = f"{one}: transformers"
+    targets = {f"{one}: patched (exact)": (peer, 1.5), f"{one}: patched (float32)": (peer, 1.5)}
+    return rows + _rows(
+        "HF patch", "torch eager", compare(cases, reps=reps, warmup=50, inner=200), targets, floor=None
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._backends import backend_for
+from ._backends._generic import sized
 from ._lib._compat import array_namespace, device, to_numpy
 from ._lib._typing import AngleMethod
 from ._lib._typing import Layout as Pairing
@@ -158,13 +159,15 @@ class RotaryForward:
         # state (dynamic scalings grow their frequencies and keep them between calls) or on its
         # buffers as cast after patching (model.to(bfloat16)), the module's own forward gives them
         self.stateful = angles == "float32" and any(not r.static for r in self.ropes.values())
+        inv = None if module is None else module.__dict__.get("_buffers", {}).get("inv_freq")
+        self._patched_dtype = None if inv is None else inv.dtype  # (a cast changes it)
 
     def _own(self) -> Any:
         """The module's own forward where float32 mode must follow its state or cast buffers."""
         if self.angles != "float32" or self.module is None:
             return None
         inv = self.module.__dict__.get("_buffers", {}).get("inv_freq")
-        if not self.stateful and (inv is None or not _narrow(inv)):
+        if not self.stateful and (inv is None or inv.dtype == self._patched_dtype or not _narrow(inv)):
             return None
         if self.previous is not None:
             return self.previous
@@ -191,9 +194,38 @@ class RotaryForward:
         return cos_sin(rope, self.entry.output, self.angles, x, position_ids, self.entry.path)
 
 
+#: Decoding steps (a few positions below this) read the patched module's output rows from one
+#: table of the generic code's rows (``benchmarks/hf_patch.py``'s decoding-step row).
+_ROWS = 4096
+_FEW = 64
+
+
 def cos_sin(rope: Rotary, out: Output, angles: AngleMethod, x: Any, pos: Any, path: str) -> Any:
     """Rotary's cos/sin of ``pos`` laid out as ``out`` says, in the dtype the module returns."""
     xp = array_namespace(x, pos)
+    rows = _few_rows(rope, out, angles, x, pos, path, xp)
+    if rows is not None:
+        return rows
+    return _cos_sin(rope, out, angles, x, pos, path, xp)
+
+
+def _few_rows(rope: Rotary, out: Output, angles: AngleMethod, x: Any, pos: Any, path: str, xp: Any) -> Any:
+    """The fast path of a decoding step (:meth:`Backend.few_rows`: a few integer positions in
+    ``[0, _ROWS)``, on the backend's allowlist): the rows of a table of the generic code's own
+    outputs, the same bits (``tests/test_hf_patch_deployed.py``); ``None`` elsewhere."""
+    if out.layout == "complex" or not isinstance(rope, RoPE) or not rope.static:
+        return None
+    dtype = x.dtype if out.dtype is None else out.dtype
+
+    def make(dev: Any) -> tuple[Any, int]:
+        full = xp.reshape(xp.arange(_ROWS, dtype=pos.dtype, device=dev), (1, _ROWS))
+        a, b = _cos_sin(rope, out, angles, x, full, path, xp)
+        return sized((a[0], b[0]))
+
+    return backend_for(xp).few_rows(("hf rows", rope, out, angles, str(dtype)), make, x, pos, _ROWS)
+
+
+def _cos_sin(rope: Rotary, out: Output, angles: AngleMethod, x: Any, pos: Any, path: str, xp: Any) -> Any:
     if isinstance(rope, MRoPE):
         if pos.ndim == 2:  # text positions: every row the same (transformers expands them)
             pos = pos[None, ...]

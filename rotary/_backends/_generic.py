@@ -232,6 +232,15 @@ class Backend:
         may then be compared only where a guard on it is wanted."""
         return False
 
+    def few_rows(
+        self, key: Hashable, make: Callable[[Device], tuple[Any, int]], x: Array, pos: Array, rows: int
+    ) -> tuple[Array, Array] | None:
+        """A decoding step's fast path: for a few integer positions ``(batch, seq)`` in
+        ``[0, rows)``, the rows of the two tables ``make(device)`` builds (``(rows, width)`` each,
+        kept in the byte cache under ``key`` and the device); ``None`` where the backend has no
+        such path or the arguments are not on its allowlist (the caller's generic code runs)."""
+        return None
+
     def owned(self, x: Array) -> Array:
         """``x``, or a copy where it may be a view of a larger buffer rotary made (what a caller
         keeps, a KV cache, ``torch.save``, must not keep or write the rest).  A library whose

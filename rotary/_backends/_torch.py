@@ -632,6 +632,33 @@ class TorchBackend(Backend):
     def fast(self, *inputs: Any, grads: tuple[Any, ...] = ()) -> bool:
         return fast(*inputs, grads=grads)
 
+    def few_rows(
+        self, key: Hashable, make: Callable[[Device], tuple[Any, int]], x: Array, pos: Array, rows: int
+    ) -> tuple[Array, Array] | None:
+        if not (
+            type(pos) is torch.Tensor
+            and pos.dtype in _INTEGER
+            and pos.ndim == 2
+            and pos.is_cpu
+            and pos.numel() <= 64
+            and fast(x, pos)
+        ):
+            return None
+        if pos.numel() == 1:
+            lo = hi = int(pos)
+        else:
+            host = pos.numpy()
+            if host.size == 0:
+                return None
+            lo, hi = int(host.min()), int(host.max())
+        if lo < 0 or hi >= rows:
+            return None
+        dev = x.device
+        ta, tb = get_or_build((key, "torch", dev), lambda: make(dev), "position_table")
+        flat = pos.reshape(-1)
+        shape = (*pos.shape, ta.shape[-1])
+        return torch.index_select(ta, 0, flat).view(shape), torch.index_select(tb, 0, flat).view(shape)
+
     def owned(self, x: Array) -> Array:
         # (plain eager tensors: a trace's outputs are the graph's, a subclass's storage its own)
         if type(x) not in _PLAIN_TYPES or not _eager_context():
