@@ -38,12 +38,15 @@ from .multiaxis import AxialRoPE, MRoPE
 #: (``None``: a module called without one); a ``ValueError`` says why it cannot.
 Reader = Callable[[Any, tuple[str | None, ...], AngleMethod], dict[str | None, Rotary]]
 
-Layout = Literal["cat", "interleave", "pairs", "complex"]
+Layout = Literal["cat", "interleave", "pairs", "complex", "table"]
 
 #: Probe positions: ``arange(N) * step`` (different frequencies give different values).
 _N = 32
 _STEP = 37
 _NAMED = re.compile(r"(Rotary|RoPE|Rope)\w*Embedding")
+#: RoFormer's, the model RoPE was introduced with: a table of ``[sin | cos]`` of the pairs (an
+#: ``nn.Embedding``), read by its attention in the interleaved layout.
+_TABLE = re.compile(r"RoFormerSinusoidal\w*Embedding")
 #: What names a vision or audio tower, in a module's path or its config's model type ("encoder"
 #: alone does not: CLVP's text encoder is an encoder of text).
 _TOWER = re.compile(r"vision|visual|audio|speech|video|(^|[._])vit([._]|$)")
@@ -55,9 +58,10 @@ class Output:
 
     Attributes
     ----------
-    layout : {"cat", "interleave", "pairs", "complex"}
-        ``concat(c, c)`` (Llama), each value twice (GLM, Cohere), one per pair (GPT-J), or
-        complex ``c + i s`` (DeepSeek-V2, Llama 4: ``torch.polar``).
+    layout : {"cat", "interleave", "pairs", "complex", "table"}
+        ``concat(c, c)`` (Llama), each value twice (GLM, Cohere), one per pair (GPT-J),
+        complex ``c + i s`` (DeepSeek-V2, Llama 4: ``torch.polar``), or one array
+        ``concat(s, c)`` of the pairs (RoFormer's sinusoidal table).
     sin_first : bool
         ``(sin, cos)`` rather than ``(cos, sin)`` (GPT-J, CodeGen).
     sin_negated : bool
@@ -200,6 +204,52 @@ _ROWS = 4096
 _FEW = 64
 
 
+class TableForward(RotaryForward):
+    """RoFormer's positional table, ``forward(input_ids_shape, cache_length=0, position_ids=None)``
+    -> ``concat(sin, cos)`` of the pairs at those positions (``cache_length + arange(seq)`` by
+    default), from rotary's RoPE: its own table's bits inside the table, and every position past
+    it (where the table ends, an index error)."""
+
+    def __call__(self, input_ids_shape: Any, cache_length: Any = 0, position_ids: Any = None) -> Any:
+        weight = self.module.weight
+        xp = array_namespace(weight)
+        if position_ids is None:
+            seq = int(input_ids_shape[1])
+            start = int(cache_length)
+            position_ids = xp.arange(start, start + seq, dtype=xp.int64, device=device(weight))
+        rope = self.ropes[None]
+        compute = xp.float64 if weight.dtype == xp.float64 else xp.float32
+        c, s = rope.cos_sin(position_ids, dtype=compute)
+        out = xp.concat([s, c], axis=-1)
+        return out if out.dtype == weight.dtype else xp.astype(out, weight.dtype)
+
+
+def _plan_table(
+    path: str, module: Any, config: Any, angles: AngleMethod
+) -> tuple[PatchedModule | None, tuple[str, str], str]:
+    """RoFormer's table: served when rotary's cos/sin of the interleaved pairs are its rows, bit
+    for bit (probed at every row); else refused with the reason.  Its rows are computed in
+    float64 (NumPy) and rounded: transformers' own recipe is the exact angles', so both modes
+    serve them with ``angles="exact"``."""
+    names = ("input_ids_shape", "position_ids")
+    weight = getattr(module, "weight", None)
+    if weight is None or weight.ndim != 2 or weight.shape[1] % 2:
+        return None, names, "its table is not (positions, even head_dim)"
+    dim = int(weight.shape[1])
+    rope = RoPE(dim, layout="interleaved")
+    xp = array_namespace(weight)
+    rows = xp.arange(int(weight.shape[0]), dtype=xp.int64, device=device(weight))
+    c, s = rope.cos_sin(rows, dtype=xp.float32)
+    want = to_numpy(xp.concat([s, c], axis=-1))
+    if weight.dtype != xp.float32 or not np.array_equal(to_numpy(weight.detach()), want):
+        return None, names, (
+            "its table is not the sinusoidal table of base 10000 (trained or replaced rows, or cast "
+            "from float32): rotary does not know the angles it holds"
+        )
+    entry = PatchedModule(path, type(module).__name__, _model_type(config), {None: rope}, Output("table"))
+    return entry, names, ""
+
+
 def cos_sin(rope: Rotary, out: Output, angles: AngleMethod, x: Any, pos: Any, path: str) -> Any:
     """Rotary's cos/sin of ``pos`` laid out as ``out`` says, in the dtype the module returns."""
     xp = array_namespace(x, pos)
@@ -261,7 +311,7 @@ def _cos_sin(rope: Rotary, out: Output, angles: AngleMethod, x: Any, pos: Any, p
 def is_rotary_module(module: Any) -> bool:
     """A rotary embedding module: its class is named for one (``*Rotary*Embedding``,
     ``*Rope*Embedding``), or it holds an ``inv_freq`` and its forward takes ``position_ids``."""
-    if _NAMED.search(type(module).__name__):
+    if _NAMED.search(type(module).__name__) or _TABLE.search(type(module).__name__):
         return True
     if "inv_freq" not in getattr(module, "_buffers", {}):
         return False
@@ -444,6 +494,8 @@ def plan(model: Any, angles: AngleMethod, read: Reader) -> list[_Plan]:
 def _plan_one(
     path: str, module: Any, model: Any, config: Any, angles: AngleMethod, read: Reader
 ) -> tuple[PatchedModule | None, tuple[str, str], str]:
+    if _TABLE.search(type(module).__name__):
+        return _plan_table(path, module, config, angles)
     sig = _signature(module)
     if isinstance(sig, str):
         return None, ("x", "position_ids"), sig
@@ -511,7 +563,8 @@ def install(plans: Iterable[_Plan], angles: AngleMethod, owner: Any) -> list[Rot
     for p in plans:
         assert p.entry is not None
         previous = p.module.__dict__.get("forward")
-        fwd = RotaryForward(p.entry, angles, p.names, previous, p.module)
+        kind = TableForward if p.entry.output.layout == "table" else RotaryForward
+        fwd = kind(p.entry, angles, p.names, previous, p.module)
         fwd.owner = owner
         p.module.forward = fwd
         out.append(fwd)

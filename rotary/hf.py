@@ -591,7 +591,8 @@ def patch(model: Any, *, angles: AngleMethod = "exact", strict: bool = True) -> 
     """Put rotary's RoPE into a loaded ``transformers`` model, in place; returns the model.
 
     Every rotary embedding module of the model (a module whose class is named for one, such as
-    ``LlamaRotaryEmbedding``, or that holds an ``inv_freq`` and takes ``position_ids``) gets a
+    ``LlamaRotaryEmbedding``, or that holds an ``inv_freq`` and takes ``position_ids``; and
+    RoFormer's sinusoidal table, whose rows are rotary's exact cos/sin bit for bit) gets a
     ``forward`` that returns rotary's cos/sin, in the module's own layout and dtype, of the RoPE
     rotary reads from the module's config (:func:`model_rope`: per layer type, partial widths,
     M-RoPE position rows, attention factors).  Nothing else changes: the attention applies them

@@ -157,3 +157,38 @@ def test_the_decoding_steps_fast_path_gives_the_generic_codes_bits(angles, dtype
         for a, b in zip(fast, slow, strict=True):
             assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), p
             assert a.untyped_storage().nbytes() == a.numel() * a.element_size()
+
+
+def test_roformer_the_model_rope_was_introduced_with_is_served():
+    # Issue 44, reproduction 6: RoFormer was refused with "has no rotary embedding module".  Its
+    # sinusoidal table ([sin | cos] of the interleaved pairs, float64 NumPy rounded) is rotary's
+    # exact cos/sin bit for bit: served in both modes, equal to transformers inside the table
+    # (prefill and generate with its cache) and past it, where the table ends in an index error.
+    cfg = transformers.RoFormerConfig(
+        hidden_size=64,
+        num_attention_heads=2,
+        num_hidden_layers=2,
+        intermediate_size=32,
+        vocab_size=64,
+        embedding_size=64,
+        max_position_embeddings=64,
+        is_decoder=True,
+    )
+    torch.manual_seed(0)
+    model = transformers.RoFormerForCausalLM(cfg).eval()
+    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        ref = model(ids).logits
+        gen = model.generate(ids, max_new_tokens=5, do_sample=False)
+        with pytest.raises(IndexError):
+            model(torch.zeros(1, 80, dtype=torch.long))
+    for angles in ("exact", "float32"):
+        rotary.hf.patch(model, angles=angles)
+        assert [m.path for m in model.rotary_patch.modules] == ["roformer.encoder.embed_positions"]
+        with torch.no_grad():
+            assert torch.equal(model(ids).logits, ref)
+            assert torch.equal(model.generate(ids, max_new_tokens=5, do_sample=False), gen)
+            assert torch.isfinite(model(torch.zeros(1, 80, dtype=torch.long)).logits).all()
+        rotary.hf.unpatch(model)
+        with torch.no_grad():
+            assert torch.equal(model(ids).logits, ref)
