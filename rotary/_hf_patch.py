@@ -242,9 +242,13 @@ def _plan_table(
     c, s = rope.cos_sin(rows, dtype=xp.float32)
     want = to_numpy(xp.concat([s, c], axis=-1))
     if weight.dtype != xp.float32 or not np.array_equal(to_numpy(weight.detach()), want):
-        return None, names, (
-            "its table is not the sinusoidal table of base 10000 (trained or replaced rows, or cast "
-            "from float32): rotary does not know the angles it holds"
+        return (
+            None,
+            names,
+            (
+                "its table is not the sinusoidal table of base 10000 (trained or replaced rows, or cast "
+                "from float32): rotary does not know the angles it holds"
+            ),
         )
     entry = PatchedModule(path, type(module).__name__, _model_type(config), {None: rope}, Output("table"))
     return entry, names, ""

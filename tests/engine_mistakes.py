@@ -330,3 +330,12 @@ class FactorTwice(FoldedFactor):
         eng = super().build(config, layer_type=layer_type, dtype=dtype)
         self.rotate = lambda rope, q, k, pos: self.apply(rope, q, k, pos)  # type: ignore[method-assign]
         return eng
+
+
+class StackBug(Rotary):
+    """The adapter's own bug, raised inside NumPy: ``np.stack`` of q and k, whose head counts
+    differ (an adapter error, not the engine raising on every call)."""
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        both = np.stack([q, k])  # (q and k have different head counts: NumPy raises)
+        return self.apply(rope, both[0], both[1], pos)

@@ -145,6 +145,18 @@ def test_an_adapter_error_is_not_the_engine_failing() -> None:
     assert rep.failed == ["positions"] and "IndexError: position" in rep["positions"].message, str(rep)
 
 
+def test_an_adapter_bug_raised_inside_numpy_is_the_adapters() -> None:
+    # Issue 43, reproduction 4: np.stack in the adapter's own rotate produced "the engine raised
+    # on every call", failed 3 checks and left adapter_errors empty.  The rule: only frames of
+    # the libraries every adapter calls after the adapter's innermost frame make it the adapter's.
+    for dtype in ("float32", "bfloat16", "float16"):
+        rep = check_model_rope(M.StackBug(), CASES["default"].config, dtypes=(dtype,))
+        assert rep.failed == [] and "rotation" in rep.adapter_errors, str(rep)
+        msg = rep["rotation"].message
+        assert msg.startswith("adapter error: ValueError") and "engine_mistakes.py" in msg, msg
+        assert "engine raised" not in str(rep)
+
+
 def _settings(examples: int) -> settings:
     return settings(max_examples=examples, deadline=None, derandomize=True, database=None)
 

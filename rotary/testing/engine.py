@@ -44,11 +44,15 @@ Angle kinds
 Errors
     An adapter that cannot express a config raises :class:`Unsupported` with the reason: the report
     says "not supported", not "failed".  Any other exception is blamed by where it was raised
-    (:func:`raised_by_adapter`): in the adapter's own module it is an **adapter error** (a bug to
-    fix in the adapter, not a verdict on the engine); in the engine's code (or any other module the
-    adapter calls) it is the engine's.  An adapter that reproduces a step of the engine in its own
-    code (indexing the engine's table as the engine's forward does) raises :class:`EngineError`
-    from the error it meets there.
+    (:func:`raised_by_adapter`), in the traceback after the adapter's innermost frame: nothing
+    after it (raised in the adapter's own code), or only frames of the libraries every adapter
+    calls (the standard library, NumPy, torch, JAX, CuPy, MLX, array-api-compat...: ``np.stack``
+    misused in the adapter's own ``rotate``), make it an **adapter error** (a bug to fix in the
+    adapter, not a verdict on the engine); a frame of any other code after it (the engine's, or a
+    library the engine calls from its own code) makes it the engine's.  An adapter that
+    reproduces a step of the engine in its own code (indexing the engine's table as the engine's
+    forward does) raises :class:`EngineError` from the error it meets there; so does one whose
+    engine *is* one of those libraries (a kernel of torch or MLX called directly).
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ __all__ = [
     "EngineRope",
     "Unsupported",
     "adapter_files",
+    "adapter_site",
     "angle_error",
     "raised_by_adapter",
     "round_to",
@@ -205,10 +210,54 @@ def adapter_files(adapter: Any) -> frozenset[str]:
     return frozenset(files)
 
 
+#: Libraries every adapter calls: a frame of theirs after the adapter's innermost one is no
+#: engine's code (the standard library's modules are added from ``sys.stdlib_module_names``).
+COMMON_LIBRARIES = frozenset(
+    {
+        "numpy",
+        "torch",
+        "jax",
+        "jaxlib",
+        "cupy",
+        "mlx",
+        "array_api_compat",
+        "array_api_strict",
+        "array_api_extra",
+        "ml_dtypes",
+        "dask",
+        "einops",
+    }
+)
+
+
+def _common(frame: types.FrameType) -> bool:
+    import sys
+
+    top = str(frame.f_globals.get("__name__", "")).split(".")[0]
+    return top in COMMON_LIBRARIES or top in getattr(sys, "stdlib_module_names", ()) or top == "builtins"
+
+
+def adapter_site(exc: BaseException, files: frozenset[str]) -> str:
+    """`` (raised at adapter.py:42)``, or `` (raised at adapter.py:42, inside numpy)``: the
+    adapter's innermost frame in ``exc``'s traceback (``""`` where it has none)."""
+    tb, site, lib = exc.__traceback__, "", ""
+    while tb is not None:
+        f = tb.tb_frame
+        if os.path.realpath(f.f_code.co_filename) in files:
+            site, lib = f"{os.path.basename(f.f_code.co_filename)}:{tb.tb_lineno}", ""
+        elif site and not lib:
+            lib = str(f.f_globals.get("__name__", "")).split(".")[0]
+        tb = tb.tb_next
+    if not site:
+        return ""
+    return f" (raised at {site}{', inside ' + lib if lib else ''})"
+
+
 def raised_by_adapter(exc: BaseException, files: frozenset[str]) -> bool:
-    """Whether ``exc`` is the adapter's own error: its innermost frame (that of the error it was
-    raised ``from``, if any) is in one of the adapter's ``files``, and it is no
-    :class:`EngineError`."""
+    """Whether ``exc`` is the adapter's own error (the rule of the module docstring): it is no
+    :class:`EngineError`, and in the traceback of the error it was raised ``from`` (if any), an
+    adapter frame (one of ``files``) comes after which only frames of
+    :data:`COMMON_LIBRARIES` (and the standard library) do."""
     root: BaseException | None = exc
     while root is not None:
         if isinstance(root, EngineError):
@@ -217,10 +266,13 @@ def raised_by_adapter(exc: BaseException, files: frozenset[str]) -> bool:
             break
         root = root.__cause__
     assert root is not None
-    tb, last = root.__traceback__, None
+    frames = []
+    tb = root.__traceback__
     while tb is not None:
-        last, tb = tb, tb.tb_next
-    return last is not None and os.path.realpath(last.tb_frame.f_code.co_filename) in files
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    mine = [i for i, f in enumerate(frames) if os.path.realpath(f.f_code.co_filename) in files]
+    return bool(mine) and all(_common(f) for f in frames[mine[-1] + 1 :])
 
 
 @runtime_checkable

@@ -99,7 +99,15 @@ from .._rope import RoPE
 from ..multiaxis import MRoPE
 from ..scaling import Default, DynamicNTK, Factors, Frequencies, Llama3, LongRoPE, YaRN
 from .asserts import eps
-from .engine import EngineError, Unsupported, adapter_files, angle_error, raised_by_adapter, round_to
+from .engine import (
+    EngineError,
+    Unsupported,
+    adapter_files,
+    adapter_site,
+    angle_error,
+    raised_by_adapter,
+    round_to,
+)
 
 __all__ = ["MODEL_CHECKS", "ModelCheck", "ModelRopeReport", "check_model_rope", "load_config", "make_adapter"]
 
@@ -412,7 +420,8 @@ class _Layer:
         except Unsupported:
             raise
         except Exception as e:
-            return _Call(rows, q, k, None, _exc(e), raised_by_adapter(e, self.code))
+            mine = raised_by_adapter(e, self.code)
+            return _Call(rows, q, k, None, _exc(e) + (adapter_site(e, self.code) if mine else ""), mine)
         if not (np.array_equal(qc, q) and np.array_equal(kc, k)):
             return _Call(rows, q, k, None, "the engine changed its inputs in place")
         for o, x in zip(out, (q, k), strict=True):
