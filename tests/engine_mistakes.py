@@ -339,3 +339,11 @@ class StackBug(Rotary):
     def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
         both = np.stack([q, k])  # (q and k have different head counts: NumPy raises)
         return self.apply(rope, both[0], both[1], pos)
+
+
+class PositionsInFloat16(Rotary):
+    """Positions cast to float16 before the angles: right up to 2048, wrong from 2049 on (2049
+    is 2048 in float16)."""
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        return self.apply(rope, q, k, pos.astype(np.float16).astype(np.float64))

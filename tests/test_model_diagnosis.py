@@ -145,6 +145,17 @@ def test_an_adapter_error_is_not_the_engine_failing() -> None:
     assert rep.failed == ["positions"] and "IndexError: position" in rep["positions"].message, str(rep)
 
 
+def test_wrong_from_the_first_wrong_position_not_the_first_sampled_one() -> None:
+    # Issue 43, reproduction 3: with positions cast to float16 the kit printed "wrong from
+    # position 4095 on" (the first wrong *sampled* position); float16(2049) is 2048, so the
+    # engine is wrong from 2049: found by bisection between the last right and the first wrong
+    # sampled positions.
+    for dtype in ("float32", "bfloat16", "float16"):
+        rep = check_model_rope(M.PositionsInFloat16(), CASES["default"].config, dtypes=(dtype,))
+        assert rep.failed == ["rotation"], str(rep)
+        assert "wrong from position 2049 on" in rep["rotation"].message, rep["rotation"].message
+
+
 def test_an_adapter_bug_raised_inside_numpy_is_the_adapters() -> None:
     # Issue 43, reproduction 4: np.stack in the adapter's own rotate produced "the engine raised
     # on every call", failed 3 checks and left adapter_errors empty.  The rule: only frames of

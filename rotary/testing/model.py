@@ -962,9 +962,49 @@ def _suspects(layer: _Layer) -> list[tuple[str, Callable[[np.ndarray, np.ndarray
     return out
 
 
+def _first_wrong(layer: _Layer, calls: list[_Call], bad: list[int]) -> tuple[int, bool]:
+    """The first wrong position between the last right and the first wrong sampled positions:
+    every position after the last right one, in calls of up to 4096, up to 65536 of them (a
+    mistake need not stay wrong once it starts: float16 positions are right again at every even
+    one past 2048); past that, bisection.  ``(position, True)`` when every position before it
+    down to a sampled right one was checked right; ``(position, False)`` when not (nothing below
+    the first wrong sampled position was right, or the gap was bisected)."""
+    first = bad[0]
+    right = [int(p) for c in calls for p in _scalar_pos(c) if int(p) < first and int(p) not in bad]
+    if first < 0:
+        return first, False
+    lo, hi = max(right, default=-1), first  # lo right (-1: from position 0), hi wrong
+
+    def wrong(ps: np.ndarray) -> np.ndarray:
+        c = layer.call(ps)
+        if c.out is None:
+            return np.ones(ps.shape, dtype=bool)
+        return layer.errors(c) > 1.0
+
+    start = lo + 1
+    while start < hi and start - lo <= 65536:
+        ps = np.arange(start, min(hi, start + 4096), dtype=np.int64)
+        w = wrong(ps)
+        if w.any():
+            return int(ps[int(np.argmax(w))]), True
+        start, lo = int(ps[-1]) + 1, int(ps[-1])
+    if start >= hi:
+        return hi, True
+    while hi - lo > 1:  # (a long gap: bisection, which assumes it stays wrong)
+        mid = (lo + hi) // 2
+        if wrong(np.array([mid], dtype=np.int64))[0]:
+            hi = mid
+        else:
+            lo = mid
+    return hi, False
+
+
 def _diagnose(layer: _Layer, calls: list[_Call], bad: list[int]) -> str:
-    first = bad[0] if bad else None
-    tail = [f"wrong from position {first} on"] if first is not None else []
+    tail = []
+    if bad:
+        first, exact = _first_wrong(layer, calls, bad)
+        seen = f"first seen wrong at position {first} (of the positions checked)"
+        tail = [f"wrong from position {first} on" if exact else seen]
     pairing = _pairing_words(layer, calls)
     if pairing:  # (the pairs are not the config's: no frequency of a pair means anything)
         return "; ".join([pairing, *tail])
