@@ -338,7 +338,7 @@ CASES: dict[str, Case] = {
             "packed input (thd): 5 documents of 1 to 12 tokens in one row of 32 (cu_seqlens), each "
             "from position 0; then each continuing from its own offset (9, 2047, 0, 31, 4000), as a "
             "ragged decoding batch",
-            note="the packed checks only (the engine's rotate_packed): the config is the default case's",
+            note="packed checks only, through the engine's rotate_packed; the config is the default case's",
             checks=("packed", "packed_offsets"),
         ),
     ]
