@@ -99,6 +99,11 @@ class Rotary:
                 a, b = me.rotate(rope, q, k, pos)
                 return to_dtype(a, dtype), to_dtype(b, dtype)
 
+            def rotate_packed(self, q: np.ndarray, k: np.ndarray, cu: np.ndarray, off: np.ndarray) -> Any:
+                """Packed documents at rotary's positions of the packing (plus their offsets)."""
+                pos = np.asarray(rotary.positions.from_cu_seqlens(cu)) + np.repeat(off, np.diff(cu))
+                return self.rotate(q, k, pos)
+
             def query_scale(self, pos: np.ndarray) -> Any:
                 return me.query_scale(model, index, pos)
 

@@ -19,6 +19,7 @@ import rotary
 from conformance.engines import rotary_self
 from conformance.engines.cases import CASES
 from rotary.testing import MODEL_CHECKS, check_model_rope
+from rotary.testing.model import CONFIG_CHECKS, PACKED_CHECKS
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -29,9 +30,10 @@ import engine_mistakes as M  # noqa: E402
 @pytest.mark.parametrize("angles", ["float32", "exact"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_rotary_passes_every_case_of_the_matrix(case: str, angles: str) -> None:
-    rep = check_model_rope(M.Rotary(angles), CASES[case].config)
+    rep = check_model_rope(M.Rotary(angles), CASES[case].config, checks=CASES[case].checks)
     assert rep and rep.supported, str(rep)
-    assert {r.check for r in rep} == set(MODEL_CHECKS)
+    assert {r.check for r in rep} == set(CASES[case].checks or CONFIG_CHECKS)
+    assert set(CONFIG_CHECKS) | set(PACKED_CHECKS) == set(MODEL_CHECKS)
     assert {r.dtype for r in rep} == {"float32", "bfloat16"}
 
 

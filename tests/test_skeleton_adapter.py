@@ -74,3 +74,118 @@ def test_cli_honours_the_adapters_dtypes_and_prints_every_message(tmp_path, monk
     for r in rep["results"]:
         if r["message"]:
             assert r["message"] in text, r["message"]
+
+
+# -- packed input (the thd case): mistakes planted in the skeleton's rotate_packed -----------------
+def _packed(positions_of):  # type: ignore[no-untyped-def]
+    """The skeleton, its packed call rotating at ``positions_of(cu_seqlens, offsets)``."""
+
+    def build(config, *, layer_type, dtype):  # type: ignore[no-untyped-def]
+        eng = skeleton.build(config, layer_type=layer_type, dtype=dtype)
+
+        def rotate_packed(q, k, cu_seqlens, offsets):  # type: ignore[no-untyped-def]
+            return eng.rotate(q, k, np.asarray(positions_of(cu_seqlens, offsets), dtype=np.int64))
+
+        eng.rotate_packed = rotate_packed  # type: ignore[method-assign]
+        return eng
+
+    return build
+
+
+def _restarting(cu, offsets):  # type: ignore[no-untyped-def]
+    return np.concatenate([np.arange(n) for n in np.diff(cu)])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_correct_packed_engines_pass(dtype: str) -> None:
+    right = _packed(lambda cu, off: _restarting(cu, off) + np.repeat(off, np.diff(cu)))
+    rep = check_model_rope(right, "thd", dtypes=(dtype,))
+    assert rep and rep.supported, str(rep)
+    assert [(r.check, r.status) for r in rep] == [("packed", "pass"), ("packed_offsets", "pass")]
+    assert (
+        rep["packed_offsets"].message
+        == "5 documents of 1 to 12 tokens in one row of 32, at offsets 9, 2047, 0, 31, 4000"
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_positions_leaking_across_documents_are_named(dtype: str) -> None:
+    leaky = _packed(lambda cu, off: np.arange(cu[-1]))  # (the row's token index: no restart)
+    rep = check_model_rope(leaky, "thd", dtypes=(dtype,))
+    assert rep.failed == ["packed", "packed_offsets"], str(rep)
+    assert rep["packed"].message == (
+        "document 1 of 5 (0-based; tokens 7..7 of the row) is wrong from its token 0 on (token 7 of the "
+        "row): rotated at position 7 where it is at 0, the row's token index: positions do not restart at "
+        "the document's start; so are documents 2 (from its token 0), 3 (from its token 0), 4 (from its "
+        "token 0), in the same way"
+    ), rep["packed"].message
+    # (document 0 starts the row at offset 9: rotated from 0, its offset ignored)
+    assert rep["packed_offsets"].message.startswith(
+        "document 0 of 5 (0-based; tokens 0..6 of the row) is wrong from its token 0 on (token 0 of the "
+        "row): rotated at positions 0..6 where they are at 9..15: its offset 9 is ignored"
+    ), rep["packed_offsets"].message
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_ignored_offsets_are_named(dtype: str) -> None:
+    rep = check_model_rope(_packed(_restarting), "thd", dtypes=(dtype,))
+    assert rep.failed == ["packed_offsets"] and rep["packed"].status == "pass", str(rep)
+    assert rep["packed_offsets"].message == (
+        "document 0 of 5 (0-based; tokens 0..6 of the row) is wrong from its token 0 on (token 0 of the "
+        "row): rotated at positions 0..6 where they are at 9..15: its offset 9 is ignored (positions from "
+        "0); so are documents 1 (from its token 0), 3 (from its token 0), 4 (from its token 0), in the "
+        "same way"
+    ), rep["packed_offsets"].message
+
+
+def test_a_document_wrong_from_a_middle_token_is_named_from_there() -> None:
+    clamped = _packed(lambda cu, off: np.minimum(_restarting(cu, off), 7))  # (a table of 8 rows)
+    rep = check_model_rope(clamped, "thd", dtypes=("float32",), checks=("packed",))
+    assert rep.failed == ["packed"], str(rep)
+    assert rep["packed"].message == (
+        "document 2 of 5 (0-based; tokens 8..19 of the row) is wrong from its token 8 on (token 16 of the "
+        "row): rotated at positions 7, 7, 7, 7 where they are at 8..11"
+    ), rep["packed"].message
+
+
+def test_an_engine_without_packed_input_is_not_applicable_never_a_pass() -> None:
+    from conformance.engines.field import _cell, verdict
+
+    def plain(config, *, layer_type, dtype):  # type: ignore[no-untyped-def]
+        eng = skeleton.build(config, layer_type=layer_type, dtype=dtype)
+        eng.rotate_packed = None  # type: ignore[assignment]  # (the RoPE takes no packed input)
+        return eng
+
+    rep = check_model_rope(plain, "thd", dtypes=("float32", "bfloat16"))
+    assert {r.status for r in rep} == {"not applicable"} and not rep.supported, str(rep)
+    assert rep["packed"].message == "the engine's RoPE, as adapted, takes no packed input (no rotate_packed)"
+    assert verdict(rep.to_dict()) == "n/a" and _cell(rep.to_dict()) == "n/a"
+    assert "not applicable: the engine takes no such input" in str(rep)
+
+    class NoOffsets(skeleton.SkeletonRope):
+        takes_offsets = False
+
+    def restarting_only(config, *, layer_type, dtype):  # type: ignore[no-untyped-def]
+        eng = skeleton.build(config, layer_type=layer_type, dtype=dtype)
+        eng.__class__ = NoOffsets
+        return eng
+
+    rep = check_model_rope(restarting_only, "thd", dtypes=("bfloat16",))
+    assert [(r.check, r.status) for r in rep] == [("packed", "pass"), ("packed_offsets", "not applicable")]
+    assert rep["packed_offsets"].message == "the skeleton's engine restarts every document at 0 (no offsets)"
+    assert verdict(rep.to_dict()) == "pass" and _cell(rep.to_dict()) == "pass; n/a: packed_offsets"
+
+
+def test_an_adapter_crash_in_its_packed_call_is_an_adapter_error() -> None:
+    def crashing(config, *, layer_type, dtype):  # type: ignore[no-untyped-def]
+        eng = skeleton.build(config, layer_type=layer_type, dtype=dtype)
+
+        def rotate_packed(q, k, cu_seqlens, offsets):  # type: ignore[no-untyped-def]
+            raise TypeError("cu_seqlens must be int32")
+
+        eng.rotate_packed = rotate_packed  # type: ignore[method-assign]
+        return eng
+
+    rep = check_model_rope(crashing, "thd", dtypes=("float32",), checks=("packed",))
+    assert rep.adapter_errors == ["packed"] and not rep, str(rep)
+    assert "TypeError: cu_seqlens must be int32" in rep["packed"].message

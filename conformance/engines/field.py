@@ -97,7 +97,9 @@ def run_engine(name: str, cases: list[str], dtypes: tuple[str, ...] | None = Non
     for c in cases:
         t = time.perf_counter()
         try:
-            rep = check_model_rope(mod, CASES[c].config, dtypes=out["dtypes"]).to_dict()
+            rep = check_model_rope(
+                mod, CASES[c].config, dtypes=out["dtypes"], checks=CASES[c].checks
+            ).to_dict()
         except Exception as e:  # a crash is a result too (reported, never hidden)
             who = "adapter error" if raised_by_adapter(e, adapter_files(mod)) else "engine error"
             rep = {
@@ -187,7 +189,8 @@ def render(report: dict[str, Any]) -> str:
         "Triton kernels in Triton's interpreter).  Each cell is one engine on one published config, "
         f"in {' and '.join(report['dtypes'])} (or the dtypes the engines table gives): **pass** (every "
         "check holds), **FAIL** (the diagnosis follows the table), **n/s** (the engine cannot express "
-        "that config), or **adapter error** (the adapter's own code raised: no verdict on the engine).  "
+        "that config), **n/a** (the case's checks do not apply: the engine's RoPE takes no packed input), "
+        "or **adapter error** (the adapter's own code raised: no verdict on the engine).  "
         "A position past an engine's table may be refused, never clamped or wrapped.",
         "",
     ]
@@ -195,11 +198,12 @@ def render(report: dict[str, Any]) -> str:
     tally = [verdict(c) for e in engines for c in e["cases"].values()]
     n_pass, n_fail, n_ns = tally.count("pass"), tally.count("fail"), tally.count("n/s")
     errors = f", {tally.count('adapter error')} adapter errors" if "adapter error" in tally else ""
+    n_na = f", {tally.count('n/a')} not applicable" if "n/a" in tally else ""
     n_engines = sum(1 for e in engines if e["module"] != "rotary_self")
     lines += [
         f"{n_engines} engines certified (and rotary itself, the first row), {len(cases)} cases: "
         f"{n_pass} pass, {n_fail} fail, "
-        f"{n_ns} not supported{errors}; {len(FINDINGS)} findings.",
+        f"{n_ns} not supported{n_na}{errors}; {len(FINDINGS)} findings.",
         "",
         "The cases",
         "---------",
@@ -243,6 +247,16 @@ def render(report: dict[str, Any]) -> str:
             for msg in _failures(cell):
                 lines.append(f"  {msg}")
             lines.append("")
+    na = [
+        f"* **{e['engine']}** on ``{c}``, ``{r['check']}``: {_escape(r['message'])}"
+        for e in engines
+        for c in cases
+        for r in (e["cases"].get(c) or {}).get("results", [])
+        if r["status"] == "not applicable"
+    ]
+    if na:
+        lines += ["Not applicable, with the reason", "-------------------------------", ""]
+        lines += [*dict.fromkeys(na), ""]
     lines += ["Findings", "--------", ""]
     lines.append(
         "Each disagreement is a bug in the engine, a documented design choice of the engine, or a bug "
@@ -271,8 +285,9 @@ def render(report: dict[str, Any]) -> str:
 
 def verdict(cell: dict[str, Any]) -> str:
     """One case of one engine: ``"pass"``, ``"fail"`` (the engine failed a check, or raised),
-    ``"n/s"`` (it cannot express the config) or ``"adapter error"`` (the adapter's own code
-    raised: no verdict on the engine)."""
+    ``"n/s"`` (it cannot express the config), ``"n/a"`` (the case's checks do not apply to it: no
+    packed input) or ``"adapter error"`` (the adapter's own code raised: no verdict on the
+    engine)."""
     if "error" in cell and not cell.get("results"):
         return "adapter error" if str(cell["error"]).startswith("adapter error") else "fail"
     status = {r["status"] for r in cell["results"]}
@@ -280,7 +295,9 @@ def verdict(cell: dict[str, Any]) -> str:
         return "fail"
     if "adapter error" in status:
         return "adapter error"
-    return "pass" if cell.get("supported") else "n/s"
+    if cell.get("supported"):
+        return "pass"
+    return "n/a" if status == {"not applicable"} else "n/s"
 
 
 def _cell(cell: dict[str, Any] | None) -> str:
@@ -290,11 +307,12 @@ def _cell(cell: dict[str, Any] | None) -> str:
     v = verdict(cell)
     if "error" in cell and not cell.get("results"):
         return "**adapter error**" if v == "adapter error" else "**FAIL** (engine error)"
-    if v == "n/s":
-        return "n/s"
+    if v in ("n/s", "n/a"):
+        return v
     rows = cell["results"]
     ns = sorted({(r["layer_type"] or r["dtype"]) for r in rows if r["status"] == "not supported"})
-    tail = f"; n/s: {', '.join(ns)}" if ns else ""
+    na = sorted({r["check"] for r in rows if r["status"] == "not applicable"})
+    tail = (f"; n/s: {', '.join(ns)}" if ns else "") + (f"; n/a: {', '.join(na)}" if na else "")
     if v == "pass":
         return f"pass{tail}"
     if v == "adapter error":

@@ -41,6 +41,15 @@ lazy imports; if the kernel module was already imported uncompiled-for-interpret
 CPU tensor (``None < 0``): the adapter replaces ``torch.cuda.device`` by a no-op context only
 around its own calls, and only without CUDA.
 
+Packed input (the ``thd`` case)
+-------------------------------
+``rotate_packed`` calls flash-attn's documented varlen entry point, ``layers/rotary.py:
+apply_rotary_emb(x, cos, sin, interleaved, seqlen_offsets=, cu_seqlens=, max_seqlen=)`` on the
+packed ``(total_seqlen, nheads, headdim)`` row, with ``cu_seqlens`` and one offset per sequence
+(int32 tensors) and the ``RotaryEmbedding`` module's own cos/sin cache for the longest
+``offset + length`` (the kernel's ``IS_VARLEN`` path: each sequence reads rows
+``seqlen_offsets[i] + j`` of the table).
+
 Which code path, and how the HF config is mapped
 ------------------------------------------------
 flash-attn's RoPE is ``flash_attn.layers.rotary.RotaryEmbedding(dim, base, interleaved,
@@ -327,6 +336,36 @@ class FlashAttnRope:
                 ko = kv[:, :, 0]
         qo, ko = (qo[0], ko[0]) if prefill else (qo[:, 0], ko[:, 0])
         return (self._layout(qo, True).float().numpy(), self._layout(ko, True).float().numpy())
+
+    def rotate_packed(
+        self, q: np.ndarray, k: np.ndarray, cu_seqlens: np.ndarray, offsets: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Packed documents through flash-attn's varlen rotary: ``apply_rotary_emb(x, cos, sin,
+        interleaved, seqlen_offsets=<offsets, int32 (batch,)>, cu_seqlens=<int32>, max_seqlen=)``
+        on ``x`` ``(total_seqlen, nheads, headdim)``, with the module's own cos/sin cache
+        (``_update_cos_sin_cache(max(offset + length))``, cast to the input dtype as its
+        ``forward`` does)."""
+        torch = self._torch
+        cu = np.asarray(cu_seqlens, dtype=np.int64)
+        off = np.asarray(offsets, dtype=np.int64)
+        lengths = np.diff(cu)
+        apply = _engine()["rotary"].apply_rotary_emb
+        outs = []
+        with _cpu_launch():
+            for x in (q, k):
+                t = self._layout(torch.tensor(np.asarray(x, np.float32)).to(self.dtype), False).contiguous()
+                self.module._update_cos_sin_cache(int((off + lengths).max()), device=t.device, dtype=t.dtype)
+                y = apply(
+                    t,
+                    self.module._cos_cached,
+                    self.module._sin_cached,
+                    interleaved=self.args["interleaved"],
+                    seqlen_offsets=torch.from_numpy(off.astype(np.int32)),
+                    cu_seqlens=torch.from_numpy(cu.astype(np.int32)),
+                    max_seqlen=int(lengths.max()),
+                )
+                outs.append(self._layout(y, True).float().numpy())
+        return outs[0], outs[1]
 
 
 def build(config: Mapping[str, Any], *, layer_type: str | None, dtype: str) -> FlashAttnRope:

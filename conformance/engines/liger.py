@@ -253,6 +253,15 @@ class LigerRope:
                 return self.rotary(x, position_ids, self.layer_type)  # type: ignore[no-any-return]
             return self.rotary(x, position_ids)  # type: ignore[no-any-return]
 
+    def rotate_packed(
+        self, q: np.ndarray, k: np.ndarray, cu_seqlens: np.ndarray, offsets: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """liger's kernel takes no packing: it applies the cos and sin it is given."""
+        raise Unsupported(
+            "liger-kernel's liger_rotary_pos_emb(q, k, cos, sin) takes no cu_seqlens or offsets: it "
+            "applies the cos and sin its caller gathered (Hugging Face's rotary class, per batch row)"
+        )
+
     def rotate(self, q: np.ndarray, k: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         torch = self._torch
         pos = np.asarray(positions, dtype=np.int64)

@@ -68,6 +68,14 @@ bit for bit, without a 2**20-row table.  ``max_position`` is ``None``: Megatron 
 for the length it is asked.  ``torch.cuda.current_device`` is patched to return ``"cpu"`` during
 engine calls (and, in the context-parallel path, ``pin_memory``/``.cuda()`` made no-ops).
 
+Packed input (the ``thd`` case)
+-------------------------------
+``rotate_packed`` runs the thd path ``GPTModel`` takes with ``packed_seq_params``: a table from
+position 0 for the longest sequence (``forward(max_seqlen, packed_seq=True)``), then
+``apply_rotary_pos_emb(t, freqs, config, cu_seqlens=)`` -> ``_apply_rotary_pos_emb_thd`` (one
+sequence at a time, each from row 0).  That path has no per-sequence offset, so the ragged
+variant (``packed_offsets``) is not applicable (``Unsupported``, with that reason).
+
 Expresses
 ---------
 Plain RoPE (half or interleaved layout, partial ``rotary_percent``), linear position interpolation,
@@ -717,6 +725,34 @@ class _MegatronRope:
             freqs = self._freqs(pos)
             group = _Group(1, 0)
             return self._apply(q, freqs, group), self._apply(k, freqs, group)
+
+    def rotate_packed(
+        self, q: np.ndarray, k: np.ndarray, cu_seqlens: np.ndarray, offsets: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Packed sequences through Megatron's thd path, as ``GPTModel`` runs it with
+        ``packed_seq_params`` (``qkv_format="thd"``): the table ``RotaryEmbedding(max_seqlen,
+        packed_seq=True)`` from position 0, then ``apply_rotary_pos_emb(t [t, h, d], freqs, config,
+        cu_seqlens=<int32>, cp_group=<size 1>)`` -> ``_apply_rotary_pos_emb_thd``, which rotates
+        each sequence from row 0 of the table.  That path takes no per-sequence offset."""
+        import torch
+
+        if self.p.kind == "mrope":
+            raise Unsupported("M-RoPE: Megatron's thd path takes M-RoPE angles per token, not per sequence")
+        off = np.asarray(offsets, dtype=np.int64)
+        if off.any():
+            raise Unsupported(
+                "Megatron-core's thd RoPE (rope_utils._apply_rotary_pos_emb_thd) rotates every packed "
+                "sequence from position 0: it takes no per-sequence offset"
+            )
+        cu = np.asarray(cu_seqlens, dtype=np.int64)
+        with _cpu():
+            freqs = self._freqs(np.arange(int(np.diff(cu).max())), packed=True)
+            group = _Group(1, 0)
+            cut = torch.from_numpy(cu.astype(np.int32))
+            return (
+                self._apply(q, freqs, group, cu_seqlens=cut),
+                self._apply(k, freqs, group, cu_seqlens=cut),
+            )
 
     def query_scale(self, positions: np.ndarray) -> np.ndarray | None:
         """Ministral 3's Llama 4 query scale as ``MinistralTEDotProductAttention.forward`` forms it:

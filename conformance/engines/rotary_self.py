@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 import rotary
-from rotary.testing.engine import round_to
+from rotary.testing.engine import Unsupported, round_to
 
 NAME = "rotary"
 PYTHON = "3.11"
@@ -57,6 +57,16 @@ class _Rope:
             dt = np.float16 if self.dtype == "float16" else np.float32
             return self.rope.apply(q.astype(dt), k.astype(dt), p)
         return tuple(round_to(x, "bfloat16") for x in self.rope.apply(q, k, p))
+
+    def rotate_packed(
+        self, q: np.ndarray, k: np.ndarray, cu_seqlens: np.ndarray, offsets: np.ndarray
+    ) -> tuple[Any, Any]:
+        """Documents packed in one row: rotary's positions of the packing (restarting at 0 in each
+        document, :func:`rotary.positions.from_cu_seqlens`) plus each document's offset."""
+        if isinstance(self.rope, rotary.MRoPE):
+            raise Unsupported("M-RoPE: a packed row's documents imply one position per token")
+        pos = rotary.positions.from_cu_seqlens(cu_seqlens) + np.repeat(offsets, np.diff(cu_seqlens))
+        return self.rotate(q, k, pos)
 
     def query_scale(self, positions: np.ndarray) -> Any:
         return self.model.query_scale(self.index, positions) if self.model.layers else None

@@ -8,7 +8,7 @@ engine rotates adjacent pairs.  It passes on every case it can express
 
     python -m conformance --against conformance.engines.skeleton --config yarn
 
-The protocol (:mod:`rotary.testing.engine`) in five rules:
+The protocol (:mod:`rotary.testing.engine`) in six rules:
 
 1. ``build(config, *, layer_type, dtype)`` reads the Hugging Face config **as your engine reads
    it** (its own config code, defaults and tables), for one layer type (``None``: the model's
@@ -22,7 +22,12 @@ The protocol (:mod:`rotary.testing.engine`) in five rules:
    :data:`rotary.testing.engine.ANGLE_KINDS`), any factor it puts on the logits outside the
    rotation (``softmax_scale``), the size of its position table (``max_position``) and its query
    temperature (``query_scale``).
-5. An exception in this module's own code is reported as an *adapter error* (a bug to fix here);
+5. If your engine's RoPE takes packed input (several documents in one row: ``cu_seqlens``, the
+   ``thd`` format, per-document offsets), implement ``rotate_packed(q, k, cu_seqlens, offsets)``
+   and hand the engine the packing as it takes it; ``--config thd`` checks it.  Without it the
+   packed checks are "not applicable"; what your engine cannot take (offsets, say) raises
+   :class:`Unsupported` with the reason.
+6. An exception in this module's own code is reported as an *adapter error* (a bug to fix here);
    one raised in your engine's code is your engine's.  Where this module reproduces a step of the
    engine (indexing the engine's table as its forward does), raise :class:`EngineError` from the
    error it meets.
@@ -84,6 +89,7 @@ class SkeletonRope:
 
     angles = "float32"  # ENGINE: "float32" (pos * inv_freq in float32), "float32_recurrence" (ggml)...
     max_position = None  # ENGINE: the rows of the engine's cos/sin table, if it keeps one
+    takes_offsets = True  # ENGINE: whether its packed call takes per-document offsets
 
     def __init__(self, model: Any, index: int, rope: Any, order: np.ndarray, dtype: str) -> None:
         self.model, self.index, self.rope, self.dtype = model, index, rope, dtype
@@ -107,6 +113,24 @@ class SkeletonRope:
         except IndexError as e:  # (only where this module reproduces the engine's own step)
             raise EngineError from e
         # back to the checkpoint's order, as the dtype's values (NumPy has no bfloat16)
+        return round_to(np.asarray(qo)[..., self.back], self.dtype), round_to(
+            np.asarray(ko)[..., self.back], self.dtype
+        )
+
+    def rotate_packed(
+        self, q: np.ndarray, k: np.ndarray, cu_seqlens: np.ndarray, offsets: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Several documents packed in one row (``thd``): document ``i`` is tokens
+        ``cu_seqlens[i] .. cu_seqlens[i+1] - 1`` of ``q`` and ``k``, its token ``j`` at position
+        ``offsets[i] + j``.  Delete this method if your engine takes no packed input (the packed
+        checks are then "not applicable"); raise ``Unsupported`` for what it cannot take."""
+        if offsets.any() and not self.takes_offsets:
+            raise Unsupported("the skeleton's engine restarts every document at 0 (no offsets)")
+        qe, ke = q[..., self.order], k[..., self.order]
+        # ENGINE: your engine's packed call, given cu_seqlens (and offsets) as it takes them.  The
+        # stand-in: rotary's positions of the packing, plus each document's offset.
+        pos = rotary.positions.from_cu_seqlens(cu_seqlens) + np.repeat(offsets, np.diff(cu_seqlens))
+        qo, ko = self.rope.apply(qe, ke, pos[:, None])
         return round_to(np.asarray(qo)[..., self.back], self.dtype), round_to(
             np.asarray(ko)[..., self.back], self.dtype
         )

@@ -51,6 +51,11 @@ Design choices a reader of the report needs
   None``); alone it is silently ignored, contrary to its docstring.  With both, positions are divided
   by the factor while ``max_seq_len <= pretrained * factor``, and by ``max_seq_len / pretrained``
   beyond ("dynamic linear scaling", inherited from NeMo), so a row then depends on the table length.
+* Packed input (the ``thd`` case): ``rotate_packed`` calls ``apply_rotary_pos_emb`` with
+  ``tensor_format="thd"``, ``cu_seqlens`` (int32) and, for a ragged batch continuing at offsets,
+  ``start_positions`` (int32, one per sequence), on one table from position 0
+  (``forward(max(offset + length))``); the unfused path splits the row by ``cu_seqlens`` and rotates
+  sequence ``i`` by ``freqs[start_positions[i]:]``.
 * Context parallelism: :func:`build_context_parallel` runs TE's own CP slicing
   (``_get_freqs_on_this_cp_rank``: chunks ``r`` and ``2 cp - 1 - r``) for sbhd, and the unfused thd
   path (``cu_seqlens // cp_size``), which needs no process group, every rank in this process.
@@ -263,6 +268,24 @@ class _TERope:
         """``(q, k)`` rotated by TE at ``positions`` (float32 NumPy arrays)."""
         freqs = self._freqs(np.asarray(positions, dtype=np.int64))
         return self._apply(q, freqs), self._apply(k, freqs)
+
+    def rotate_packed(
+        self, q: np.ndarray, k: np.ndarray, cu_seqlens: np.ndarray, offsets: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Packed documents in TE's ``thd`` format: one table ``forward(max_seq_len)`` from
+        position 0 long enough for every document, ``apply_rotary_pos_emb(t, freqs,
+        tensor_format="thd", cu_seqlens=<int32>, start_positions=<offsets>, fused=False)``
+        (``start_positions`` only where some document has an offset: packed training passes none)."""
+        import torch
+
+        cu = np.asarray(cu_seqlens, dtype=np.int64)
+        off = np.asarray(offsets, dtype=np.int64)
+        with _cpu():
+            freqs = self.module(int((off + np.diff(cu)).max()))
+        kw: dict[str, Any] = {"tensor_format": "thd", "cu_seqlens": torch.from_numpy(cu.astype(np.int32))}
+        if off.any():
+            kw["start_positions"] = torch.from_numpy(off.astype(np.int32))
+        return self._apply(q, freqs, **kw), self._apply(k, freqs, **kw)
 
 
 class _TECPRope(_TERope):

@@ -56,6 +56,13 @@ Code path, per load:
    model files pass them (MLA: ``(tokens, heads, rope_dim)``).  On a GPU vLLM runs its CUDA kernel
    on the same table (``forward_cuda``), not checked here.
 
+4. **Packed input** (the ``thd`` case): vLLM's RoPE takes a flat batch of scheduled tokens with
+   one position per token, computed by the model runner from each request's computed tokens
+   (``GPUModelRunner._prepare_inputs``: ``num_computed_tokens[req_indices] + query_pos``, the
+   per-request arange from the runner's own ``_get_cumsum_and_arange``, called here).  A restarting
+   packed row is a batch of new requests (no computed tokens); the ragged variant, requests
+   continuing at their computed tokens (chunked prefill and decoding mixed).
+
 Checked against the real modules: ``scratch/engines/vllm/crosscheck_modules.py`` instantiates
 each architecture's vLLM attention/decoder layer on CPU (one layer, gloo group of one; DeepSeek
 through ``DeepseekV2Attention``, whose RoPE code is MLA's) and finds the same RoPE class, a
@@ -98,7 +105,7 @@ from typing import Any
 
 import numpy as np
 
-from rotary.testing.engine import Unsupported
+from rotary.testing.engine import EngineError, Unsupported
 
 from .cases import as_published
 
@@ -227,6 +234,33 @@ class VllmRope:
                 fwd = getattr(self.rope, "forward_native", self.rope.forward)
                 qo, ko = fwd(pos, qi, ki)
         return (qo.reshape(q.shape).float().numpy(), ko.reshape(k.shape).float().numpy())
+
+    def rotate_packed(
+        self, q: np.ndarray, k: np.ndarray, cu_seqlens: np.ndarray, offsets: np.ndarray
+    ) -> tuple[Any, Any]:
+        """A flat batch of requests, as vLLM's model runner hands it to the model: request ``i``
+        schedules ``cu_seqlens[i+1] - cu_seqlens[i]`` tokens after ``offsets[i]`` computed ones
+        (its KV cache).  The positions are the runner's (``GPUModelRunner._prepare_inputs``:
+        ``num_computed_tokens[req_indices] + query_pos``, ``query_pos`` from the runner's own
+        ``_get_cumsum_and_arange``); the RoPE rotates the flat row at them (:meth:`rotate`)."""
+        num_scheduled = np.diff(np.asarray(cu_seqlens, dtype=np.int64))
+        num_computed = np.asarray(offsets, dtype=np.int64)
+        if self._hf is not None:
+            raise Unsupported(
+                f"{self.arch} runs on vLLM's Transformers backend, whose RoPE is Transformers' "
+                "(positions per batch row, no flat batch of requests checked here)"
+            )
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        total = int(num_scheduled.sum())
+        query_pos = np.zeros(total, dtype=np.int64)
+        runner = SimpleNamespace(arange_np=np.arange(max(total, num_scheduled.size), dtype=np.int64))
+        cu = GPUModelRunner._get_cumsum_and_arange(runner, num_scheduled, query_pos)  # type: ignore[arg-type]
+        if not np.array_equal(cu, np.asarray(cu_seqlens)[1:]):
+            raise EngineError(f"vLLM's cumulative token counts {cu} are not cu_seqlens[1:]")
+        req_indices = np.repeat(runner.arange_np[: num_scheduled.size], num_scheduled)
+        positions = num_computed[req_indices] + query_pos
+        return self.rotate(q, k, positions)
 
     def query_scale(self, positions: np.ndarray) -> np.ndarray | None:
         """``MistralAttention._get_llama_4_attn_scale`` where vLLM applies it, else ``None``."""

@@ -60,13 +60,15 @@ def _ramp(n: int, lo: float, hi: float) -> list[float]:
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One config of the matrix: its name, the model it comes from, what it exercises."""
+    """One config of the matrix: its name, the model it comes from, what it exercises, and the
+    checks it runs (``None``: the config checks, ``rotary.testing.model.CONFIG_CHECKS``)."""
 
     name: str
     model: str
     config: dict[str, Any]
     exercises: str
     note: str = ""
+    checks: tuple[str, ...] | None = None
 
 
 _LLAMA2 = {
@@ -332,6 +334,16 @@ CASES: dict[str, Case] = {
             },
             "per-layer-type RoPE: sliding layers base 10000, full layers base 1e6 with linear factor 8",
             note="gemma-3-4b-it's text_config",
+        ),
+        Case(
+            "thd",
+            "Llama 2 7B, packed",
+            dict(_LLAMA2),
+            "packed input (thd): 5 documents of 1 to 12 tokens in one row of 32 (cu_seqlens), each "
+            "from position 0; then each continuing from its own offset (9, 2047, 0, 31, 4000), as a "
+            "ragged decoding batch",
+            note="packed checks only, through the engine's rotate_packed; the config is the default case's",
+            checks=("packed", "packed_offsets"),
         ),
     ]
 }

@@ -41,6 +41,13 @@ Angle kinds
     engines), ``"float32_recurrence"`` (``theta *= theta_scale`` once per pair in float32:
     ggml's ``ggml_rope_ext``) and ``"dtype"`` (formed in the data's dtype).
 
+Packed input
+    An engine whose RoPE takes several documents packed in one row (``cu_seqlens``, the ``thd``
+    format) implements the optional ``EngineRope.rotate_packed(q, k, cu_seqlens, offsets)``: the
+    packed checks (``check_model_rope(..., checks=("packed", "packed_offsets"))``, the field
+    report's ``thd`` case) compare it with rotary's packed rotation.  Without it, or where it
+    raises :class:`Unsupported`, they are "not applicable", with the reason.
+
 Errors
     An adapter that cannot express a config raises :class:`Unsupported` with the reason: the report
     says "not supported", not "failed".  Any other exception is blamed by where it was raised
@@ -305,6 +312,18 @@ class EngineRope(Protocol):
     # def query_scale(self, positions: np.ndarray) -> np.ndarray | None:
     #     """The per-position factor the engine multiplies queries by after RoPE for this config
     #     (Llama 4 / Ministral 3 attention temperature), ``None`` where it applies none."""
+    #
+    # def rotate_packed(self, q, k, cu_seqlens, offsets) -> tuple[Any, Any]:
+    #     """Packed input (``thd``): ``q`` ``(tokens, heads, head_dim)`` and ``k`` hold several
+    #     documents in one row, document ``i`` at tokens ``cu_seqlens[i] .. cu_seqlens[i+1] - 1``
+    #     (``cu_seqlens``: int64, ``(documents + 1,)``, from 0 to ``tokens``), its token ``j`` at
+    #     position ``offsets[i] + j`` (``offsets``: int64, ``(documents,)``; all 0 for packed
+    #     training data, each request's cached length for a ragged decoding batch).  Hand the
+    #     engine the packing **as it takes it** (``cu_seqlens`` and ``seqlen_offsets``, ``thd``
+    #     with ``start_positions``...), never positions the adapter computed for it, unless the
+    #     engine's RoPE itself takes per-token positions from its runner.  Raise
+    #     :class:`Unsupported` with the reason for what it cannot take (offsets, say): the packed
+    #     check is then "not applicable".  Without this method it is "not applicable" too."""
 
 
 class Adapter(Protocol):

@@ -16,7 +16,21 @@ census) and checks an engine's RoPE for it, given through the adapter protocol o
 ``query_scale``    queries scaled by the config's position-dependent temperature (Llama 4, Ministral 3)
 ``positions``      past its table an engine is right or refuses; it may refuse only past the
                    config's context (``max_position_embeddings``); clamped or wrapped is a failure
+``packed``         (asked for by name: the field report's ``thd`` case) documents packed in one row
+                   (``cu_seqlens``), each rotated at positions restarting at 0
+``packed_offsets`` (asked for by name) the packed documents each continuing from its own offset,
+                   as a ragged decoding batch holds them
 =================  ==============================================================================
+
+The packed checks call the engine's ``rotate_packed(q, k, cu_seqlens, offsets)`` (the optional
+hook of :class:`rotary.testing.engine.EngineRope`) on one row of documents of
+:data:`PACKED_LENGTHS` tokens, at offsets 0 and then :data:`PACKED_OFFSETS`.  The truth is
+rotary's packed rotation: positions from :func:`rotary.positions.from_cu_seqlens` (plus each
+document's offset), rotated in float64 with the rotation check's tolerance.  An engine that gets a
+document wrong is told which document and from which of its tokens, and at which positions it
+rotated them (the row's token index: positions that do not restart; its offset ignored; another
+document's offset...).  An engine whose RoPE takes no packed input (no ``rotate_packed``, or one
+raising :class:`rotary.testing.engine.Unsupported`) is "not applicable", with the reason.
 
 Each layer type of the config and each dtype asked for is checked apart (an engine that cannot
 express one is "not supported", not failed), on data exactly representable in that dtype.
@@ -84,6 +98,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import itertools
 import json
 import math
 import os
@@ -109,7 +124,18 @@ from .engine import (
     round_to,
 )
 
-__all__ = ["MODEL_CHECKS", "ModelCheck", "ModelRopeReport", "check_model_rope", "load_config", "make_adapter"]
+__all__ = [
+    "CONFIG_CHECKS",
+    "MODEL_CHECKS",
+    "PACKED_CHECKS",
+    "PACKED_LENGTHS",
+    "PACKED_OFFSETS",
+    "ModelCheck",
+    "ModelRopeReport",
+    "check_model_rope",
+    "load_config",
+    "make_adapter",
+]
 
 #: The checks, in report order, with what each asserts.
 MODEL_CHECKS: dict[str, str] = {
@@ -118,9 +144,20 @@ MODEL_CHECKS: dict[str, str] = {
     "softmax_scale": "the logits' extra factor outside the rotation (MLA with YaRN)",
     "query_scale": "queries scaled by the config's position-dependent temperature",
     "positions": "positions past a table are right or refused, never clamped or wrapped",
+    "packed": "documents packed in one row (cu_seqlens), each rotated at positions restarting at 0",
+    "packed_offsets": "packed documents each continuing from its own offset (a ragged decoding batch)",
 }
+#: The checks of a config, run by default.
+CONFIG_CHECKS = ("rotation", "attention_factor", "softmax_scale", "query_scale", "positions")
+#: The checks of packed input (``rotate_packed``), run when asked for (the ``thd`` case).
+PACKED_CHECKS = ("packed", "packed_offsets")
+#: The packed row: documents of these lengths, 32 tokens (one of a single token).
+PACKED_LENGTHS = (7, 1, 12, 4, 8)
+#: Where each document continues in ``packed_offsets`` (each capped so that the document ends
+#: within the config's context).
+PACKED_OFFSETS = (9, 2047, 0, 31, 4000)
 
-Status = Literal["pass", "fail", "not supported", "adapter error"]
+Status = Literal["pass", "fail", "not supported", "not applicable", "adapter error"]
 
 
 @dataclasses.dataclass
@@ -137,8 +174,9 @@ class ModelCheck:
 
     @property
     def passed(self) -> bool:
-        """It holds, or the engine cannot express it (an adapter error is no pass)."""
-        return self.status in ("pass", "not supported")
+        """It holds, or the engine cannot express it, or it does not apply to the engine (an
+        adapter error is no pass)."""
+        return self.status in ("pass", "not supported", "not applicable")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON of the field report (the error to three digits: what reproduces across
@@ -174,15 +212,16 @@ class ModelRopeReport:
 
     @property
     def supported(self) -> bool:
-        """Some layer type and dtype was checked (the engine could express the config)."""
-        return any(r.status != "not supported" for r in self.results)
+        """Some layer type and dtype was checked (the engine could express the config, and the
+        checks asked for apply to it)."""
+        return any(r.status not in ("not supported", "not applicable") for r in self.results)
 
     def __getitem__(self, check: str) -> ModelCheck:
         """The worst result of ``check`` (a failure first)."""
         rows = [r for r in self.results if r.check == check]
         if not rows:
             raise KeyError(f"no check {check!r}; checks: {sorted({r.check for r in self.results})}")
-        order = {"fail": 0, "adapter error": 1, "pass": 2, "not supported": 3}
+        order = {"fail": 0, "adapter error": 1, "pass": 2, "not supported": 3, "not applicable": 4}
         return min(rows, key=lambda r: (order[r.status], -r.error if math.isfinite(r.error) else 0.0))
 
     def __iter__(self) -> Iterator[ModelCheck]:
@@ -206,7 +245,9 @@ class ModelRopeReport:
             lines.append(f"  {r.check:<17} {r.layer_type or '-':<20} {r.dtype:<9} {r.status:<14} {e}")
             if r.message:  # (a passing check's words too: "refuses positions from 4096 on")
                 lines.append(f"      -> {r.message}")
-        if not self.supported:
+        if not self.supported and all(r.status == "not applicable" for r in self.results):
+            lines.append("  not applicable: the engine takes no such input")
+        elif not self.supported:
             lines.append("  not supported: the engine cannot express this config")
         elif self:
             lines.append("  all checks hold")
@@ -254,6 +295,16 @@ def load_config(config: Any) -> tuple[dict[str, Any], str]:
         raise ValueError(f"config {config!r}: no such file, case or transformers model type") from None
     cfg = CONFIG_MAPPING[text]()
     return cfg.to_dict(), text
+
+
+def _case_checks(config: Any) -> tuple[str, ...] | None:
+    """The checks of a case of the field report named by ``config`` (``None``: the default)."""
+    if not isinstance(config, str):
+        return None
+    from .cases import CASES
+
+    case = CASES.get(config.strip())
+    return None if case is None else case.checks
 
 
 class _FunctionAdapter:
@@ -413,21 +464,31 @@ class _Layer:
 
     def run(self, pos: np.ndarray, q: np.ndarray, k: np.ndarray) -> _Call:
         rows = _rows(pos, self.n_rows)
+        return self._guarded(rows, q, k, lambda qc, kc: self.eng.rotate(qc, kc, rows.copy()))
+
+    def run_packed(
+        self, pos: np.ndarray, q: np.ndarray, k: np.ndarray, cu_seqlens: np.ndarray, offsets: np.ndarray
+    ) -> _Call:
+        """The engine's ``rotate_packed`` on one packed row; ``pos``: the positions it implies."""
+        fn = self.eng.rotate_packed
+        return self._guarded(pos, q, k, lambda qc, kc: fn(qc, kc, cu_seqlens.copy(), offsets.copy()))
+
+    def _guarded(self, pos: np.ndarray, q: np.ndarray, k: np.ndarray, fn: Any) -> _Call:
         qc, kc = q.copy(), k.copy()
         try:
-            oq, ok = self.eng.rotate(qc, kc, rows.copy())
+            oq, ok = fn(qc, kc)
             out = (np.asarray(oq, dtype=np.float64), np.asarray(ok, dtype=np.float64))
         except Unsupported:
             raise
         except Exception as e:
             mine = raised_by_adapter(e, self.code)
-            return _Call(rows, q, k, None, _exc(e) + (adapter_site(e, self.code) if mine else ""), mine)
+            return _Call(pos, q, k, None, _exc(e) + (adapter_site(e, self.code) if mine else ""), mine)
         if not (np.array_equal(qc, q) and np.array_equal(kc, k)):
-            return _Call(rows, q, k, None, "the engine changed its inputs in place")
+            return _Call(pos, q, k, None, "the engine changed its inputs in place")
         for o, x in zip(out, (q, k), strict=True):
             if o.shape != x.shape:
-                return _Call(rows, q, k, None, f"the engine returned shape {o.shape} for {x.shape}")
-        return _Call(rows, q, k, out)
+                return _Call(pos, q, k, None, f"the engine returned shape {o.shape} for {x.shape}")
+        return _Call(pos, q, k, out)
 
     def call(self, pos: np.ndarray) -> _Call:
         """The engine at ``pos`` on normal data exactly representable in the dtype."""
@@ -471,6 +532,7 @@ def check_model_rope(
     positions: Sequence[int] | None = None,
     ulps: float = 8.0,
     heads: tuple[int, int] = (2, 1),
+    checks: Sequence[str] | None = None,
 ) -> ModelRopeReport:
     """Certify ``adapter``'s RoPE for ``config`` (see the module docstring for the checks).
 
@@ -493,12 +555,22 @@ def check_model_rope(
         Output tolerance in units of ``eps(dtype)``.
     heads : (int, int)
         Query and key/value heads of the data (grouped-query by default).
+    checks : sequence of str, optional
+        The checks to run (names of :data:`MODEL_CHECKS`): default :data:`CONFIG_CHECKS`;
+        :data:`PACKED_CHECKS` run only when named, or when ``config`` names a case of the field
+        report that runs them (``"thd"``).
 
     Returns
     -------
     ModelRopeReport
         Truthy when no check failed and the adapter raised no error of its own.
     """
+    if checks is None:
+        checks = _case_checks(config)
+    wanted = tuple(CONFIG_CHECKS if checks is None else dict.fromkeys(checks))
+    unknown = [c for c in wanted if c not in MODEL_CHECKS]
+    if unknown or not wanted:
+        raise ValueError(f"checks must name some of {list(MODEL_CHECKS)}; got {list(checks or [])}")
     ad = make_adapter(adapter)
     cfg, cname = load_config(config)
     name = str(getattr(ad, "NAME", type(ad).__name__))
@@ -518,7 +590,9 @@ def check_model_rope(
             continue  # (a config whose layers share one RoPE has one, whatever the name asked)
         for dtype in dtypes:
             results.extend(
-                _check_layer(ad, cfg, model, lt, index, rope, dtype, positions or (), ulps, heads, code)
+                _check_layer(
+                    ad, cfg, model, lt, index, rope, dtype, positions or (), ulps, heads, code, wanted
+                )
             )
     return ModelRopeReport(name, version, cname, results)
 
@@ -535,23 +609,43 @@ def _check_layer(
     ulps: float,
     heads: tuple[int, int],
     code: frozenset[str],
+    wanted: tuple[str, ...] = CONFIG_CHECKS,
 ) -> list[ModelCheck]:
     def row(check: str, status: Status, error: float = math.nan, message: str = "") -> ModelCheck:
         return ModelCheck(check, lt, dtype, status, error, message)
 
+    first = wanted[0] if not any(c in CONFIG_CHECKS for c in wanted) else "rotation"
     try:
         eng = ad.build(cfg, layer_type=lt, dtype=dtype)
     except Unsupported as e:
-        return [row("rotation", "not supported", message=str(e))]
+        return [row(first, "not supported", message=str(e))]
     except Exception as e:
         if raised_by_adapter(e, code):
-            return [row("rotation", "adapter error", message=_adapter_error(e))]
-        return [row("rotation", "fail", message=f"building the engine's RoPE raised {_exc(e)}")]
+            return [row(first, "adapter error", message=_adapter_error(e))]
+        return [row(first, "fail", message=f"building the engine's RoPE raised {_exc(e)}")]
     layer = _Layer(
         rope, eng, dtype, ulps, heads, float(model.attention.get("softmax_scale_multiplier", 1.0)), code
     )
     context = _context(cfg, rope)
     layer.max_positions = _max_positions(cfg)
+    out: list[ModelCheck] = []
+    if any(c in CONFIG_CHECKS for c in wanted):
+        got = _config_checks(eng, model, index, layer, context, extra, row, code)
+        out += [r for r in got if r.check in wanted or r.status == "not supported"]
+    out += [_packed(layer, check, context, row) for check in PACKED_CHECKS if check in wanted]
+    return out
+
+
+def _config_checks(
+    eng: Any,
+    model: hf.ModelRope,
+    index: int,
+    layer: _Layer,
+    context: int,
+    extra: Sequence[int],
+    row: Any,
+    code: frozenset[str],
+) -> list[ModelCheck]:
     table = getattr(eng, "max_position", None)
     marks = [
         context,
@@ -821,6 +915,170 @@ def _positions(calls: list[_Call], context: int, row: Any) -> ModelCheck:
         0.0,
         f"refuses positions from {first} on (past the config's context {context}): {c.error}",
     )
+
+
+# -- packed input ----------------------------------------------------------------------------------
+def _packed_row(check: str, context: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(cu_seqlens, offsets, positions)`` of the packed row of ``check``: the positions rotary's
+    packing implies (:func:`rotary.positions.from_cu_seqlens`, plus each document's offset)."""
+    from ..positions import from_cu_seqlens
+
+    lengths = np.asarray(PACKED_LENGTHS, dtype=np.int64)
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    offsets = np.zeros_like(lengths)
+    if check == "packed_offsets":
+        offsets = np.asarray(PACKED_OFFSETS, dtype=np.int64)
+        if context:
+            offsets = np.minimum(offsets, np.maximum(context - lengths, 0))
+    pos = np.asarray(from_cu_seqlens(cu), dtype=np.int64) + np.repeat(offsets, lengths)
+    return cu, offsets, pos
+
+
+def _packed(layer: _Layer, check: str, context: int, row: Any) -> ModelCheck:
+    """One packed row through the engine's ``rotate_packed``, against rotary's packed rotation."""
+    if getattr(layer.eng, "rotate_packed", None) is None:
+        return row(
+            check,
+            "not applicable",
+            message="the engine's RoPE, as adapted, takes no packed input (no rotate_packed)",
+        )
+    if layer.n_rows > 1:
+        return row(
+            check,
+            "not applicable",
+            message="M-RoPE: a packed row's documents imply one position per token, not M-RoPE's rows",
+        )
+    cu, offsets, pos = _packed_row(check, context)
+    n = int(cu[-1])
+    q = _data(layer.rng, (n, layer.heads[0], layer.cfg.head_dim), layer.dtype)
+    k = _data(layer.rng, (n, layer.heads[1], layer.cfg.head_dim), layer.dtype)
+    try:
+        c = layer.run_packed(pos, q, k, cu, offsets)
+    except Unsupported as e:
+        return row(check, "not applicable", message=str(e))
+    if c.out is None:
+        if c.adapter:
+            return row(check, "adapter error", message=f"adapter error: {c.error}")
+        return row(check, "fail", math.inf, f"the engine raised on the packed row: {c.error}")
+    # (blind to the engine's factor, as the rotation check: the attention factor check measures it)
+    saved = layer.norm
+    _measure_factor(layer, c)
+    try:
+        err = layer.errors(c)
+        worst = float(err.max())
+        if worst <= 1.0:
+            return row(check, "pass", worst, _packed_words(cu, offsets))
+        return row(check, "fail", worst, _packed_diagnosis(layer, c, err, cu, offsets))
+    finally:
+        layer.norm = saved
+
+
+def _packed_words(cu: np.ndarray, offsets: np.ndarray) -> str:
+    lengths = np.diff(cu)
+    words = f"{lengths.size} documents of {lengths.min()} to {lengths.max()} tokens in one row of {cu[-1]}"
+    if offsets.any():
+        return f"{words}, at offsets {', '.join(map(str, offsets.tolist()))}"
+    return f"{words}, each from position 0"
+
+
+def _rotated_at(layer: _Layer, c: _Call, t: int, top: int) -> int | None:
+    """The position ``0 .. top`` at which the config's rotation of token ``t``'s q and k gives the
+    engine's output within tolerance (the closest match), ``None`` where none does."""
+    cand = np.arange(top + 1, dtype=np.int64)
+    worst = np.zeros(cand.shape[0])
+    for x, o in zip((c.q, c.k), layer.normalized(c), strict=True):
+        xs = np.ascontiguousarray(np.broadcast_to(x[t], (cand.shape[0], *x.shape[1:])))
+        want = _truth(layer.rope, xs, cand)
+        tol = layer.tol(_Call(cand, xs, xs, None), xs)
+        err = np.abs(o[t][None] - want) / max(1.0, float(np.abs(x).max())) / tol
+        worst = np.maximum(worst, np.where(np.isfinite(err), err, np.inf).max(axis=(1, 2)))
+    i = int(np.argmin(worst))
+    return int(cand[i]) if worst[i] <= 1.0 else None
+
+
+def _span(xs: Sequence[int]) -> str:
+    """``5..11`` for a run, else the first few values."""
+    xs = list(xs)
+    if len(xs) > 1 and all(b - a == 1 for a, b in itertools.pairwise(xs)):
+        return f"{xs[0]}..{xs[-1]}"
+    head = ", ".join(map(str, xs[:6]))
+    return head + (", ..." if len(xs) > 6 else "")
+
+
+def _packed_diagnosis(layer: _Layer, c: _Call, e: np.ndarray, cu: np.ndarray, offsets: np.ndarray) -> str:
+    """Which documents are wrong, from which of their tokens, and at which positions the engine
+    rotated them (each read off the engine's own numbers)."""
+    top = int(cu[-1] + offsets.max() + np.diff(cu).max())
+    n = offsets.size
+    found: list[tuple[int, int, str, str]] = []  # (document, first wrong token, kind, words)
+    for d in range(n):
+        a, b, off = int(cu[d]), int(cu[d + 1]), int(offsets[d])
+        if not (e[a:b] > 1.0).any():
+            continue
+        j0 = int(np.argmax(e[a:b] > 1.0))
+        got = [_rotated_at(layer, c, t, top) for t in range(a + j0, b)]
+        kind, words = _packed_how(d, a, j0, got, [off + j for j in range(j0, b - a)], offsets)
+        found.append((d, j0, kind, words))
+    parts: list[str] = []
+    shown: list[str] = []
+    for i, (d, j0, kind, words) in enumerate(found):
+        if kind in shown:
+            continue
+        a, b = int(cu[d]), int(cu[d + 1])
+        head = (
+            f"document {d} of {n} (0-based; tokens {a}..{b - 1} of the row) is wrong from its token {j0} "
+            f"on (token {a + j0} of the row): {words}"
+        )
+        same = [f for f in found[i + 1 :] if f[2] == kind and kind != "other"]
+        if same:
+            froms = ", ".join(f"{f[0]} (from its token {f[1]})" for f in same)
+            head += (
+                f"; so are documents {froms}, in the same way"
+                if len(same) > 1
+                else (f"; so is document {froms}, in the same way")
+            )
+        parts.append(head)
+        shown.append(kind)
+        if len(parts) == 3:
+            break
+    rest = [str(f[0]) for f in found if f[2] not in shown]
+    if rest:
+        parts.append(f"documents {', '.join(rest)} are wrong too")
+    return "; ".join(parts)
+
+
+def _packed_how(
+    d: int, a: int, j0: int, got: list[int | None], want: list[int], offsets: np.ndarray
+) -> tuple[str, str]:
+    """One document's mistake as ``(kind, words)``: ``got`` (the position the engine's numbers
+    match, per token from ``j0``) against ``want``."""
+    if any(g is None for g in got):
+        return "values", "its tokens match the config's rotation at no position (wrong values, not positions)"
+    g = [int(x) for x in got if x is not None]
+    js = list(range(j0, j0 + len(g)))
+    off = int(offsets[d])
+    one = len(g) == 1
+    at = f"rotated at position{'' if one else 's'} {_span(g)} where "
+    at += f"{'it is' if one else 'they are'} at {_span(want)}"
+    if off and g == js:
+        return "offset ignored", f"{at}: its offset {off} is ignored (positions from 0)"
+    if g == [a + j for j in js]:
+        return "row index", f"{at}, the row's token index: positions do not restart at the document's start"
+    if off and g == [a + j + off for j in js]:
+        return (
+            "row index + offset",
+            f"{at}, its offset plus the row's token index: positions do not restart at the document's start",
+        )
+    for e2 in range(offsets.size):
+        if e2 != d and int(offsets[e2]) != off and g == [int(offsets[e2]) + j for j in js]:
+            return (
+                f"offset of {e2}",
+                f"{at}: document {e2}'s offset {int(offsets[e2])} instead of its own {off}",
+            )
+    shift = {x - w for x, w in zip(g, want, strict=True)}
+    if len(shift) == 1:
+        return "shift", f"{at}: shifted by {shift.pop():+d}"
+    return "other", at
 
 
 # -- diagnosis ----------------------------------------------------------------------------------
