@@ -12,14 +12,19 @@ The protocol (:mod:`rotary.testing.engine`) in six rules:
 
 1. ``build(config, *, layer_type, dtype)`` reads the Hugging Face config **as your engine reads
    it** (its own config code, defaults and tables), for one layer type (``None``: the model's
-   only RoPE) and one dtype.  What it cannot express raises :class:`Unsupported` with the reason.
+   only RoPE; see :func:`build`) and one dtype.  An engine with no config reader (each model's
+   RoPE written in its code) maps the config to its per-model parameters as its own converter or
+   examples do, and is certified with the config of the checkpoint each entry ports: a failure
+   then means the shipped parameters disagree with it.  What it cannot express raises
+   :class:`Unsupported` with the reason.
 2. ``q``/``k`` arrive in the **Hugging Face checkpoint's feature order**.  If your engine's
    converter permutes the q/k weights (llama.cpp's ``convert_hf_to_gguf.py``, Meta's), apply that
    permutation before your engine and its inverse after (:func:`_converter_order`).
 3. A dtype your engine has no RoPE in is **not supported**: raise :class:`Unsupported`; never
    compute in another dtype on its behalf.
 4. Declare how your engine forms its angles (``angles``: one of
-   :data:`rotary.testing.engine.ANGLE_KINDS`), any factor it puts on the logits outside the
+   :data:`rotary.testing.engine.ANGLE_KINDS`, the least precise step from the frequencies to the
+   angle: float32 ``inv_freq`` is ``"float32"``), any factor it puts on the logits outside the
    rotation (``softmax_scale``), the size of its position table (``max_position``) and its query
    temperature (``query_scale``).
 5. If your engine's RoPE takes packed input (several documents in one row: ``cu_seqlens``, the
@@ -27,10 +32,11 @@ The protocol (:mod:`rotary.testing.engine`) in six rules:
    and hand the engine the packing as it takes it; ``--config thd`` checks it.  Without it the
    packed checks are "not applicable"; what your engine cannot take (offsets, say) raises
    :class:`Unsupported` with the reason.
-6. An exception in this module's own code is reported as an *adapter error* (a bug to fix here);
-   one raised in your engine's code is your engine's.  Where this module reproduces a step of the
-   engine (indexing the engine's table as its forward does), raise :class:`EngineError` from the
-   error it meets.
+6. An exception in this module's own code (or in NumPy, torch... called from it) is reported as
+   an *adapter error* (a bug to fix here); one raised in your engine's code, or in a library your
+   engine's code calls, is your engine's.  Where this module reproduces a step of the engine
+   (indexing the engine's table as its forward does), raise :class:`EngineError` from the error
+   it meets.
 """
 
 from __future__ import annotations
@@ -51,7 +57,8 @@ INSTALL = (
     "python3.11 -m venv $ENGINES/skeleton/venv && . $ENGINES/skeleton/venv/bin/activate\n"
     'pip install numpy\npip install --no-deps -e "$ROTARY" array-api-compat'
 )
-#: The dtypes its report rows cover (a dtype your engine lacks is still asked for: refuse it).
+#: The dtypes checked by default (``check_model_rope``, the command line, the field report's rows);
+#: one your engine has no RoPE in, listed here or asked for with ``--dtypes``: refuse it in build.
 DTYPES = ("float32", "bfloat16", "float16")
 
 __all__ = ["DTYPES", "INSTALL", "NAME", "PYTHON", "build", "version"]
@@ -87,7 +94,13 @@ def _converter_order(layout: str, width: int, head_dim: int) -> np.ndarray:
 class SkeletonRope:
     """The engine's RoPE for one config, layer type and dtype, as the checker calls it."""
 
-    angles = "float32"  # ENGINE: "float32" (pos * inv_freq in float32), "float32_recurrence" (ggml)...
+    # ENGINE: how the engine forms its angles; declare the least precise step.  "float32": inv_freq
+    # computed in float32 (1 / base ** (arange(0, d, 2) / d), float32 pow), the product
+    # pos * inv_freq in float32 or float64; "float64": both in float64; "exact": correctly rounded
+    # angles only; "dtype": the product in the data's 16-bit dtype; "float32_recurrence": ggml's
+    # theta *= s per pair.  Tighter than the engine's arithmetic fails a correct engine; looser
+    # widens the rotation tolerance.
+    angles = "float32"
     max_position = None  # ENGINE: the rows of the engine's cos/sin table, if it keeps one
     takes_offsets = True  # ENGINE: whether its packed call takes per-document offsets
 
@@ -146,7 +159,17 @@ def build(config: Mapping[str, Any], *, layer_type: str | None, dtype: str) -> S
     if dtype not in DTYPES:
         raise Unsupported(f"the skeleton's engine has no {dtype} RoPE")
     # ENGINE: read the config as your engine does.  The stand-in reads it with rotary.hf.
+    # An engine with no config reader (theta, head_dim, rotary fraction and scaling written per
+    # model in its code): find the entry that ports this checkpoint, or write its parameters from
+    # the config as the engine's converter/examples do (rope_theta, head_dim or hidden_size //
+    # num_attention_heads, partial_rotary_factor, rope_scaling), and build its RoPE from them;
+    # raise Unsupported(reason) for what they cannot express (a scaling, partial rotary...).
     model = rotary.hf.model_rope(config, angles="float32")
+    # ENGINE: layer_type is a name of the config's layer_types ("sliding_attention",
+    # "full_attention"), given only where they hold two names or more (gpt-oss too, whose layers
+    # share one RoPE); None: the model has one RoPE.  Return the RoPE your engine gives those
+    # layers; an engine with one RoPE for every layer builds it for every name, and raises
+    # Unsupported where the config's layer types differ in RoPE (Gemma 3).
     types = model.layer_types
     found = [
         (i, r)
