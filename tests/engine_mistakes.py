@@ -351,4 +351,131 @@ class PositionsInFloat16(Rotary):
     is 2048 in float16)."""
 
     def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
-        return self.apply(rope, q, k, pos.astype(np.float16).astype(np.float64))
+        with np.errstate(over="ignore"):
+            p = pos.astype(np.float16).astype(np.float64)
+        inf = ~np.isfinite(p)  # (from 65520 on: cos(inf) is NaN, as in an engine)
+        a, b = (np.array(t, dtype=np.float64) for t in self.apply(rope, q, k, np.where(inf, 0.0, p)))
+        a[inf], b[inf] = np.nan, np.nan
+        return a, b
+
+
+# -- issue 43's planted mistakes (tests/test_kit_words.py) ------------------------------------------
+class OffByOne(Rotary):
+    """Every position one too far (a KV cache's length added twice, a 1-based position)."""
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        return self.apply(rope, q, k, pos + 1)
+
+
+class Base(Rotary):
+    """The right recipe at another base (``rope_theta`` mistyped, or an alpha folded in)."""
+
+    def __init__(self, base: float = 10001.0, compute: str = "float32") -> None:
+        super().__init__(compute=compute)
+        self.base = base
+
+    def rope(self, config, layer_type):  # type: ignore[no-untyped-def]
+        return _replaced(super().rope(config, layer_type), base=self.base)
+
+    def planted(self, config):  # type: ignore[no-untyped-def]
+        truth = self.truth(config)
+        wrong = _replaced(truth, base=self.base)
+        return np.asarray(wrong.inv_freq(), dtype=np.float64) / np.asarray(truth.inv_freq(), dtype=np.float64)
+
+
+class SinFlipped(Rotary):
+    """``x cos - rotate_half(x) sin``: the rotation by -pos."""
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        return self.apply(rope, q, k, -pos)
+
+
+class WrongSlice(Rotary):
+    """Partial rotary applied to the last ``rotary_dim`` features instead of the first."""
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        d, w = q.shape[-1], rope.config.width
+        sub = rotary.RoPE(w, base=rope.base, layout=rope.layout, angles=self.angles)
+
+        def one(x):  # type: ignore[no-untyped-def]
+            y = np.asarray(sub.rotate(np.ascontiguousarray(x[..., d - w :]), pos[..., None]))
+            return np.concatenate([x[..., : d - w], y], axis=-1)
+
+        return one(q), one(k)
+
+
+class MixedLayouts(Rotary):
+    """q rotated in the config's layout, k in the other."""
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        other = _replaced(rope, layout="half" if rope.layout == "interleaved" else "interleaved")
+        return self.apply(rope, q, k, pos)[0], self.apply(other, q, k, pos)[1]
+
+
+class FactorOnQOnly(Rotary):
+    """The attention factor on q's cos and sin only (k's unscaled)."""
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        return self.apply(rope, q, k, pos)[0], self.apply(rope, q, k, pos, 1.0 / rope.attention_factor)[1]
+
+
+class Llama3Shifted(Rotary):
+    """Llama 3's bands one pair late: pair ``i`` scaled as the config scales pair ``i - 1``."""
+
+    def rope(self, config, layer_type):  # type: ignore[no-untyped-def]
+        r = super().rope(config, layer_type)
+        c = r.config
+        plain = rotary.RoPE(c.head_dim, base=c.base, rotary_dim=c.rotary_dim)
+        w0 = np.asarray(plain.inv_freq(), dtype=np.float64)
+        ratio = np.asarray(r.inv_freq(), dtype=np.float64) / w0
+        shifted = w0 * np.concatenate([[1.0], ratio[:-1]])
+        return _replaced(r, scaling=Frequencies(tuple(float(x) for x in shifted)))
+
+    def planted(self, config):  # type: ignore[no-untyped-def]
+        return _ratio(self, config)
+
+
+class NtkAlpha(Rotary):
+    """Dynamic NTK read as static NTK-alpha: base ``b * alpha ** (d / (d - 2))`` at every length."""
+
+    def rope(self, config, layer_type):  # type: ignore[no-untyped-def]
+        r = super().rope(config, layer_type)
+        d, alpha = r.config.width, float(config["rope_scaling"]["factor"])
+        return _replaced(r, base=r.base * alpha ** (d / (d - 2)), scaling=None)
+
+
+class DeclaredExact(Rotary):
+    """Angles formed in float32 (``pos * inv_freq``), declared ``angles = "exact"``."""
+
+    def build(self, config, *, layer_type, dtype):  # type: ignore[no-untyped-def]
+        eng = super().build(config, layer_type=layer_type, dtype=dtype)
+        type(eng).angles = "exact"
+        return eng
+
+
+class TruncateIgnored(Rotary):
+    """YaRN's ``truncate: false`` ignored (the correction range rounded to whole pairs)."""
+
+    def rope(self, config, layer_type):  # type: ignore[no-untyped-def]
+        r = super().rope(config, layer_type)
+        return _replaced(r, scaling=dataclasses.replace(r.scaling, truncate=True))
+
+    def planted(self, config):  # type: ignore[no-untyped-def]
+        return _ratio(self, config)
+
+
+class TokenIndexTable(Rotary):
+    """A cos/sin table indexed by the token's index in the call, not its position."""
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        return self.apply(rope, q, k, np.broadcast_to(np.arange(pos.shape[-1]), pos.shape).copy())
+
+
+class TokenCountTable(Rotary):
+    """A cos/sin table of as many rows as the call has tokens (positions past it raise)."""
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        n = pos.shape[-1]
+        if pos.max() >= n:
+            raise EngineError(f"IndexError: index {pos.max()} is out of bounds for axis 0 with size {n}")
+        return self.apply(rope, q, k, pos)

@@ -44,20 +44,28 @@ norm of the features it turns, whatever their pairing), and the rotation is chec
 engine's factor brought to the config's; a factor folded into the softmax scale passes both.  A
 failure is diagnosed in words, each of them verified against the engine's own numbers:
 
-* how the engine pairs the features, where that is not the config's layout or width (each
-  feature rotated alone): then nothing is said of frequencies, which a wrong pairing makes
-  meaningless;
-* which known mistake the engine's numbers match within tolerance (no scaling, the bands
-  inverted, the wrong original context, a clamped or wrapping table...);
+* how the engine pairs the features, where that is not the config's layout, width or slice
+  (each feature rotated alone), q and k judged apart: then nothing is said of frequencies,
+  which a wrong pairing makes meaningless;
+* where the engine is right within a looser angle kind than it declares, which to declare;
+* the positions it rotates at, where its frequencies are the config's: every position off by
+  ``delta`` (solved from its angles at position 0), a table indexed by the token's index, the
+  positions rounded to float16 or bfloat16, the rotation by ``-pos`` (sin's sign);
+* which known mistake of the frequencies the numbers match within tolerance (no scaling, the
+  bands inverted, the wrong original context, a clamped or wrapping table...), or another base
+  (solved from the engine's frequencies, printed in as few digits as still match);
 * per pair, the factor on the config's frequency, from one call at positions rising by 1.25x to
   ``2**20`` on data exact in the dtype: every frequency that agrees with the engine's angle at
   every position (within the dtype's rounding and the angle allowance) forms an interval; a factor
-  is printed only where that interval excludes 1 and is narrower than 4%; where the dtype leaves
-  it wider the message says the dtype cannot resolve it; where none agrees, that the pair turns at
-  no single frequency;
-* the attention factor, and where it matches a known mistake (missing, applied twice, ``mscale``
-  ignored);
-* from which position on the engine is wrong.
+  is printed only where that interval excludes 1 and is narrower than 4%, in as few digits as
+  keep it inside; consecutive pairs share one factor only where their intervals overlap; where
+  the dtype leaves it wider the message says the dtype cannot resolve it; where none agrees,
+  that the pair turns at no single frequency;
+* the attention factor of q and of k, and where it matches a known mistake (missing, applied
+  twice, on one of them only, ``mscale`` ignored);
+* from which position on the engine is wrong (the first wrong position, searched between the
+  last right and the first wrong sampled ones), and from which its outputs are NaN;
+* a refusal that depends on the call's token count (a table sized by it).
 
 An exception raised in the adapter's own code is an "adapter error" (no verdict on the engine:
 :func:`rotary.testing.engine.raised_by_adapter`).
@@ -102,6 +110,7 @@ import itertools
 import json
 import math
 import os
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
@@ -115,6 +124,7 @@ from ..multiaxis import MRoPE
 from ..scaling import Default, DynamicNTK, Factors, Frequencies, Llama3, LongRoPE, YaRN
 from .asserts import eps
 from .engine import (
+    ANGLE_KINDS,
     EngineError,
     Unsupported,
     adapter_files,
@@ -316,7 +326,15 @@ class _FunctionAdapter:
         self._build, self.NAME = build, name
 
     def version(self) -> str:
-        mod = importlib.import_module(self._build.__module__.partition(".")[0])
+        # (the function's own package where it is one; a function defined in a script, a
+        # notebook or exec'd code has none to import: its version is unknown, not "not installed")
+        top = str(getattr(self._build, "__module__", None) or "").partition(".")[0]
+        mod = sys.modules.get(top)
+        if mod is None:
+            try:
+                mod = importlib.import_module(top)
+            except ImportError:
+                return "unknown"
         return str(getattr(mod, "__version__", "unknown"))
 
     def build(self, config: Mapping[str, Any], *, layer_type: str | None, dtype: str) -> Any:
@@ -508,18 +526,36 @@ class _Layer:
         """Per element of ``x``'s rotation: ``ulps * eps`` plus the angle allowance, relative to
         the data's scale, times the attention factor."""
         p = np.abs(c.pos if c.pos.ndim == 1 else c.pos.max(axis=0)).astype(np.float64)
+        p = np.nan_to_num(p, nan=0.0, posinf=0.0)
         base = self.ulps * eps(self.dtype) + self.angle_coef * p
         return (max(1.0, self.af) * base)[:, None, None] * np.ones_like(x)
 
-    def errors(self, c: _Call, rope: Rope | None = None, fn: Any = None) -> np.ndarray:
-        """Per token: the worst error of q and k (the engine's factor brought to the config's) in
-        units of tolerance, against ``rope``'s rotation (default the config's) or ``fn(x, pos)``."""
+    def errors(
+        self,
+        c: _Call,
+        rope: Rope | None = None,
+        fn: Any = None,
+        tensors: tuple[int, ...] = (0, 1),
+        at: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """Per token: the worst error of q and k (or of ``tensors``: 0 q, 1 k; the engine's factor
+        brought to the config's) in units of tolerance, against ``rope``'s rotation (default the
+        config's) or ``fn(x, pos)``; the angle allowance at positions ``at(pos)`` where given (a
+        suspect that rotates at other positions)."""
         worst = np.zeros(c.q.shape[0])
-        for x, o in zip((c.q, c.k), self.normalized(c), strict=True):
+        tc = c if at is None else _Call(at(c.pos), c.q, c.k, None)
+        for t, (x, o) in enumerate(zip((c.q, c.k), self.normalized(c), strict=True)):
+            if t not in tensors:
+                continue
             want = fn(x, c.pos) if fn is not None else _truth(rope or self.rope, x, c.pos)
             scale = max(1.0, float(np.abs(x).max()))
-            e = np.abs(o - want) / scale / self.tol(c, x)
-            worst = np.maximum(worst, np.where(np.isfinite(e), e, np.inf).max(axis=(1, 2)))
+            with np.errstate(invalid="ignore"):
+                e = np.abs(o - want) / scale / self.tol(tc, x)
+            e = np.where(np.isfinite(e), e, np.inf)
+            # (where the rotation compared with is not finite either, they agree: a suspect
+            # whose positions overflow gives NaN where the engine does)
+            e = np.where(~np.isfinite(want) & ~np.isfinite(o), 0.0, e)
+            worst = np.maximum(worst, e.max(axis=(1, 2)))
         return worst
 
 
@@ -660,7 +696,7 @@ def _config_checks(
     out.append(_attention_factor(layer, calls[0], factors, row))
     out.append(_softmax_scale(layer, factors, row))
     out.append(_query_scale(eng, model, index, row, code))
-    out.append(_positions(calls, context, row))
+    out.append(_positions(layer, calls, context, row))
     return out
 
 
@@ -717,19 +753,19 @@ def _rotation(layer: _Layer, calls: list[_Call], row: Any) -> ModelCheck:
 class _Factors:
     """The engine's scale of cos and sin per tensor (q, k), measured from norms: a rotation keeps
     the norm of the features it turns, whatever their pairing, so ``|out| / |in|`` over the
-    features the engine changes is its factor at every token.  ``lo``/``hi``: its range over
-    tokens and heads (one factor: equal within rounding)."""
+    features the engine changes is its factor at every token.  ``lo``/``hi``: each tensor's range
+    over tokens and heads (one factor: equal within rounding).  q and k are judged apart."""
 
     f: tuple[float, float]
-    lo: float
-    hi: float
+    lo: tuple[float, float]
+    hi: tuple[float, float]
 
 
 def _measure_factor(layer: _Layer, c: _Call) -> _Factors | None:
     """The engine's factor at positions 0 .. 63 (and ``layer.norm`` set from it)."""
     if c.out is None:
         return None
-    fs, lo, hi, norm = [], math.inf, -math.inf, []
+    fs, lo, hi, norm = [], [], [], []
     for x, o in zip((c.q, c.k), c.out, strict=True):
         moved = (np.abs(o - x) > 2 * eps(layer.dtype) * np.maximum(np.abs(x), 1e-30)).any(axis=(0, 1))
         if moved.any():
@@ -737,17 +773,19 @@ def _measure_factor(layer: _Layer, c: _Call) -> _Factors | None:
             den = np.sqrt(np.sum(x[..., moved] ** 2, axis=-1))
             r = (num / np.maximum(den, 1e-300)).ravel()
             f = float(np.median(r))
-            lo, hi = min(lo, float(np.min(r))), max(hi, float(np.max(r)))
+            lo.append(float(np.min(r)))
+            hi.append(float(np.max(r)))
         else:
             f = 1.0
-            lo, hi = min(lo, 1.0), max(hi, 1.0)
+            lo.append(1.0)
+            hi.append(1.0)
         fs.append(f)
         ok = math.isfinite(f) and f > 1e-6
         # (the features the config rotates too: in bfloat16 a slow pair turns by less than
         # rounding at these positions, yet carries the factor at every other)
         norm.append((layer.af / f if ok else 1.0, moved | (np.arange(x.shape[-1]) < layer.cfg.width)))
     layer.norm = tuple(norm)
-    return _Factors((fs[0], fs[1]), lo, hi)
+    return _Factors((fs[0], fs[1]), (lo[0], lo[1]), (hi[0], hi[1]))
 
 
 def _digits(dtype: str) -> int:
@@ -780,30 +818,43 @@ def _attention_factor(layer: _Layer, c: _Call, fac: _Factors | None, row: Any) -
 
 
 def _factor_words(layer: _Layer, fac: _Factors) -> str:
+    """What is wrong with the engine's factor, q and k judged apart: each tensor's factor against
+    the config's, whether it is one factor over the tokens, and the mistake it matches."""
     af, sc, tol, n = layer.af, layer.cfg.scaling, layer.ulps * eps(layer.dtype), _digits(layer.dtype)
+    right = [abs(f / af - 1.0) <= tol for f in fac.f]
+    spread = [hi / max(lo, 1e-300) - 1.0 > 2 * tol for lo, hi in zip(fac.lo, fac.hi, strict=True)]
     fq, fk = fac.f
-    f = fq if abs(fq / af - 1.0) >= abs(fk / af - 1.0) else fk
-    if abs(fq / fk - 1.0) > tol:
-        words = (
-            f"q's cos and sin are scaled by {fq:.{n}f}, k's by {fk:.{n}f}, where the config implies {af:.4f}"
-        )
+    names = ("q", "k")
+    if abs(fq / fk - 1.0) > tol or right[0] != right[1]:
+        parts = [
+            f"{t}'s cos and sin are scaled by {f:.{n}f}" + (" (the config's)" if ok else "")
+            for t, f, ok in zip(names, fac.f, right, strict=True)
+        ]
+        k_part = parts[1].replace("cos and sin are scaled ", "")
+        words = f"{parts[0]}, {k_part}, where the config implies {af:.4f} for both"
     else:
-        words = f"cos and sin are scaled by {f:.{n}f} where the config implies {af:.4f}"
-    if fac.hi / max(fac.lo, 1e-300) - 1.0 > 2 * tol:
-        words += f" (not one factor: from {fac.lo:.{n}f} to {fac.hi:.{n}f} over the tokens)"
+        words = f"cos and sin are scaled by {fq:.{n}f} where the config implies {af:.4f}"
+    for t, bad, lo, hi in zip(names, spread, fac.lo, fac.hi, strict=True):
+        if bad:
+            words += f" ({t}'s is not one factor: from {lo:.{n}f} to {hi:.{n}f} over its tokens and heads)"
     if layer.fold != 1.0:
         words += f" (the engine's softmax scale {layer.softmax[0]:.6g} does not make up for it)"
-    if abs(af - 1.0) > tol and abs(f - 1.0) <= tol:
-        return f"{words} ({_af_origin(sc)}): the attention factor is missing"
-    if abs(af - 1.0) > tol and abs(f / (af * af) - 1.0) <= tol:
-        return f"{words}: the attention factor is applied twice"
+    wrong = [t for t, ok in zip(names, right, strict=True) if not ok]
+    fs = [f for f, ok in zip(fac.f, right, strict=True) if not ok]
+    who = "" if len(wrong) == 2 else f" on {wrong[0]}"
+    if abs(af - 1.0) > tol and all(abs(f - 1.0) <= tol for f in fs):
+        return f"{words} ({_af_origin(sc)}): the attention factor is missing{who}"
+    if abs(af - 1.0) > tol and all(abs(f / (af * af) - 1.0) <= tol for f in fs):
+        return f"{words}: the attention factor is applied twice{who}"
     if isinstance(sc, YaRN) and sc.mscale and sc.mscale_all_dim:
         g = YaRN._mscale(sc.factor)
-        if abs(f / g - 1.0) <= tol and abs(g / af - 1.0) > tol:
+        if all(abs(f / g - 1.0) <= tol for f in fs) and abs(g / af - 1.0) > tol:
             return (
-                f"{words}: 0.1 ln({sc.factor:g}) + 1 = {g:.4f}, i.e. mscale={sc.mscale:g} / "
+                f"{words}: 0.1 ln({sc.factor:g}) + 1 = {g:.4f}{who}, i.e. mscale={sc.mscale:g} / "
                 f"mscale_all_dim={sc.mscale_all_dim:g} ignored"
             )
+    if abs(af - 1.0) <= tol and len(wrong) == 1:
+        return f"{words}: {wrong[0]} alone is scaled"
     return words
 
 
@@ -891,7 +942,7 @@ def _query_scale(eng: Any, model: hf.ModelRope, index: int, row: Any, code: froz
     )
 
 
-def _positions(calls: list[_Call], context: int, row: Any) -> ModelCheck:
+def _positions(layer: _Layer, calls: list[_Call], context: int, row: Any) -> ModelCheck:
     refused = sorted(
         ((int(p), c) for c in calls if c.out is None for p in np.atleast_1d(_scalar_pos(c))),
         key=lambda t: t[0],
@@ -903,12 +954,15 @@ def _positions(calls: list[_Call], context: int, row: Any) -> ModelCheck:
     if c.adapter:
         return row("positions", "adapter error", message=f"adapter error at position {first}: {c.error}")
     if first < context:
-        return row(
-            "positions",
-            "fail",
-            math.inf,
-            f"the engine refuses position {first} ({c.error}) although the config's context is {context}",
-        )
+        words = f"the engine refuses position {first} ({c.error}) although the config's context is {context}"
+        n = int(np.atleast_1d(_scalar_pos(c)).shape[0])
+        if first >= n and layer.call(np.arange(first + 1, dtype=np.int64)).out is not None:
+            # (refused in a call of n tokens, computed in a call of first + 1)
+            words += (
+                f": in a call of {first + 1} tokens it computes it, so its table has as many rows as "
+                f"the call has tokens (size it by the largest position, or the context, not the token count)"
+            )
+        return row("positions", "fail", math.inf, words)
     return row(
         "positions",
         "pass",
@@ -1132,9 +1186,96 @@ def _at(rope: Rope, factor: float) -> Callable[[np.ndarray, np.ndarray], np.ndar
     return fn
 
 
+def _positional_suspects(layer: _Layer, calls: list[_Call]) -> list[tuple[str, Any, Any]]:
+    """Known mistakes in the positions the engine rotates by (its frequencies the config's), each
+    as the rotation it would give and the positions it rotates at (for the angle allowance):
+    ``(words, fn(x, pos), at(pos))``; each names what to fix."""
+    rope = layer.rope
+    truth = _at(rope, layer.af)
+    out: list[tuple[str, Any, Any]] = []
+    delta = _offset(layer, calls)
+    if delta:
+        out.append(
+            (
+                f"the config's rotation at position p {'+' if delta > 0 else '-'} {abs(delta)}: every "
+                f"position off by {delta:+d} (rotate by the token's own position)",
+                lambda x, p: truth(x, p + delta),
+                lambda p: p + delta,
+            )
+        )
+    out.append(
+        (
+            "the config's rotation at each token's index in the call (0, 1, 2 ...), not at its "
+            "position: the table is indexed by token index (index it by the positions)",
+            lambda x, p: truth(x, np.broadcast_to(np.arange(p.shape[-1]), p.shape).copy()),
+            lambda p: np.broadcast_to(np.arange(p.shape[-1]), p.shape),
+        )
+    )
+    for name, dt in (("float16", np.float16), ("bfloat16", None)):
+
+        def rounded(x: np.ndarray, p: np.ndarray, dt: Any = dt, name: str = name) -> np.ndarray:
+            with np.errstate(over="ignore", invalid="ignore"):
+                f = p.astype(np.float64)
+                q = f.astype(dt).astype(np.float64) if dt is not None else round_to(f, name)
+                return _truth_any(rope, x, q) * (layer.af / float(layer.cfg.attention_factor))
+
+        out.append(
+            (
+                f"the config's rotation at the positions rounded to {name} (cast to {name} before "
+                "the angles: keep positions integer or float32)",
+                rounded,
+                None,
+            )
+        )
+    out.append(
+        (
+            "the rotation by -pos: sin has the wrong sign (x cos - rotate_half(x) sin where RoPE is "
+            "x cos + rotate_half(x) sin, rotate_half(x) = (-x2, x1))",
+            lambda x, p: truth(x, -p),
+            None,
+        )
+    )
+    return out
+
+
+def _truth_any(rope: Rope, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """:func:`_truth` at any real positions (non-finite ones give NaN, as an engine's would)."""
+    bad = ~np.isfinite(pos)
+    y = _truth(rope, x, np.where(bad, 0.0, pos))
+    mask = bad if bad.ndim == 1 else bad.any(axis=0)
+    y[mask] = np.nan
+    return y
+
+
+def _offset(layer: _Layer, calls: list[_Call]) -> int:
+    """The whole number ``delta`` of positions the engine's angles at position 0 amount to (every
+    pair turned by ``w_i delta``), solved pair by pair from the slowest; 0 where none fits."""
+    c = calls[0]
+    if c.out is None or c.pos.ndim != 1 or c.pos[0] != 0 or c.pos.shape[0] < 2 or c.pos[1] != 1:
+        return 0
+    xs = (c.q[:2], c.k[:2])
+    want = tuple(_truth(layer.rope, x, c.pos[:2]) for x in xs)
+    noise = layer.ulps * eps(layer.dtype) * max(1.0, layer.af)
+    theta, slack = _pair_angles(layer, xs, tuple(o[:2] for o in c.out), noise)
+    w, _ = _pair_angles(layer, xs, want, 0.0)  # (row 1: each pair's angle at position 1, its frequency)
+    freq = w[1]
+    keep = freq > 0
+    if not keep.any():
+        return 0
+    order = np.argsort(freq[keep])
+    f, a, t = freq[keep][order], theta[0][keep][order], slack[0][keep][order]
+    # (the angle kind's allowance is relative to the angle w_i delta)
+    iv = _turn_rate(f, a, t, float(np.max(layer.angle_rel, initial=0.0)), bound=math.pi / float(f[0]))
+    if iv is None:
+        return 0
+    cands = [d for d in range(math.ceil(iv[0]), math.floor(iv[1]) + 1) if d != 0]
+    return cands[0] if len(cands) == 1 else 0
+
+
 def _suspects(layer: _Layer) -> list[tuple[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]]:
-    """Known mistakes of the rotation (the pairing holds; the factor is the attention factor
-    check's), each as the rotation it would give at the config's factor: ``(words, fn(x, pos))``."""
+    """Known mistakes of the rotation's frequencies (the pairing holds; the factor is the
+    attention factor check's), each as the rotation it would give at the config's factor:
+    ``(words, fn(x, pos))``."""
     rope, cfg, af = layer.rope, layer.cfg, layer.af
     sc = cfg.scaling
     out: list[tuple[str, Callable[[np.ndarray, np.ndarray], np.ndarray]]] = []
@@ -1216,11 +1357,12 @@ def _suspects(layer: _Layer) -> list[tuple[str, Callable[[np.ndarray, np.ndarray
                 lambda x, p: _truth(rope, x, np.broadcast_to(p[:1], p.shape).copy()),
             )
         )
-    out.append(("rotation by -pos (the transposed rotation)", lambda x, p: _truth(rope, x, -p)))
     return out
 
 
-def _first_wrong(layer: _Layer, calls: list[_Call], bad: list[int]) -> tuple[int, bool]:
+def _first_wrong(
+    layer: _Layer, calls: list[_Call], bad: list[int], test: Callable[[_Call], np.ndarray] | None = None
+) -> tuple[int, bool]:
     """The first wrong position between the last right and the first wrong sampled positions:
     every position after the last right one, in calls of up to 4096, up to 65536 of them (a
     mistake need not stay wrong once it starts: float16 positions are right again at every even
@@ -1237,7 +1379,7 @@ def _first_wrong(layer: _Layer, calls: list[_Call], bad: list[int]) -> tuple[int
         c = layer.call(ps)
         if c.out is None:
             return np.ones(ps.shape, dtype=bool)
-        return layer.errors(c) > 1.0
+        return test(c) if test is not None else layer.errors(c) > 1.0
 
     start = lo + 1
     while start < hi and start - lo <= 65536:
@@ -1258,15 +1400,27 @@ def _first_wrong(layer: _Layer, calls: list[_Call], bad: list[int]) -> tuple[int
 
 
 def _diagnose(layer: _Layer, calls: list[_Call], bad: list[int]) -> str:
-    tail = []
+    """The rotation check's failure in words: each a verified statement naming what to fix."""
+    tail, first = [], None
     if bad:
         first, exact = _first_wrong(layer, calls, bad)
         seen = f"first seen wrong at position {first} (of the positions checked)"
         tail = [f"wrong from position {first} on" if exact else seen]
+    tail = [*_nonfinite_words(layer, calls), *tail]
     pairing = _pairing_words(layer, calls)
     if pairing:  # (the pairs are not the config's: no frequency of a pair means anything)
         return "; ".join([pairing, *tail])
+    kind = _angle_kind_words(layer, calls)
+    if kind:  # (right within a coarser angle kind: the declaration is what to fix)
+        return "; ".join([kind, *tail])
     words: list[str] = []
+    moved = [
+        label
+        for label, fn, at in _positional_suspects(layer, calls)
+        if all(float(layer.errors(c, fn=fn, at=at).max()) <= 1.0 for c in calls)
+    ]
+    if moved:  # (the frequencies are the config's: the positions are what is wrong)
+        return "; ".join([f"the engine's numbers match {moved[0]}", *tail])
     matched = [
         label
         for label, fn in _suspects(layer)
@@ -1283,9 +1437,54 @@ def _diagnose(layer: _Layer, calls: list[_Call], bad: list[int]) -> str:
     passed = _pass_through_words(layer, calls)
     if passed:
         words.append(passed)
-    words += _frequency_words(layer, calls, below=cap or math.inf)
+    freqs = _measure_frequencies(layer, calls, below=cap or math.inf)
+    base = "" if matched or cap else _base_words(layer, calls, freqs)
+    words += [base] if base else _frequency_words(layer, freqs)
     words += tail
     return "; ".join(words) if words else "wrong values (no known mistake matches)"
+
+
+def _nonfinite_words(layer: _Layer, calls: list[_Call]) -> list[str]:
+    """Where the engine's outputs are NaN or infinite: from which position on."""
+    bad = sorted({int(p) for c in calls if c.out is not None for p in _scalar_pos(c)[_nonfinite(c)]})
+    if not bad:
+        return []
+    first, exact = _first_wrong(layer, calls, bad, lambda c: _nonfinite(c))
+    if exact:
+        return [f"the engine's outputs are NaN or infinite from position {first} on"]
+    return [
+        f"the engine's outputs are NaN or infinite, first seen at position {first} (of the positions checked)"
+    ]
+
+
+def _nonfinite(c: _Call) -> np.ndarray:
+    """Per token: whether any of the engine's outputs is NaN or infinite."""
+    assert c.out is not None
+    return np.asarray(~np.isfinite(c.out[0]).all(axis=(1, 2)) | ~np.isfinite(c.out[1]).all(axis=(1, 2)))
+
+
+#: Angle kinds from the tightest allowance to the loosest.
+_KINDS = ("exact", "float64", "float32", "float32_recurrence")
+
+
+def _angle_kind_words(layer: _Layer, calls: list[_Call]) -> str:
+    """Where the engine is right within a looser angle kind than it declares: what to declare."""
+    declared = str(getattr(layer.eng, "angles", "float32"))
+    if declared not in _KINDS:
+        return ""
+    saved = layer.angle_rel, layer.angle_coef
+    try:
+        for kind in _KINDS[_KINDS.index(declared) + 1 :]:
+            layer.angle_rel, layer.angle_coef = angle_error(kind, layer.cfg.host_inv_freq(), layer.dtype)
+            if all(float(layer.errors(c).max()) <= 1.0 for c in calls):
+                return (
+                    f"the engine declares angles={declared!r} but its numbers are right within the "
+                    f"allowance of angles={kind!r} ({ANGLE_KINDS[kind].split(':')[0]}): declare "
+                    f"angles = {kind!r} if that is how it forms its angles"
+                )
+    finally:
+        layer.angle_rel, layer.angle_coef = saved
+    return ""
 
 
 def _pass_through_words(layer: _Layer, calls: list[_Call]) -> str:
@@ -1308,13 +1507,14 @@ def _pass_through_words(layer: _Layer, calls: list[_Call]) -> str:
 
 
 def _pairing_words(layer: _Layer, calls: list[_Call]) -> str:
-    """How the engine pairs the features, where that is not the config's pairing ('' where it is).
+    """How the engine pairs the features, where that is not the config's pairing ('' where it is),
+    q and k judged apart (a message names which of them is wrong).
 
     Each feature alone (a unit vector, exact in every dtype) is rotated at a few positions: the
     features of the engine's output that are not exactly 0 are those it mixes that one with.
     """
     cfg = layer.cfg
-    d, w = cfg.head_dim, cfg.width
+    d = cfg.head_dim
     top = max(int(_scalar_pos(c).max()) for c in calls)
     probe = sorted({p for p in (1, 3, 100, 1000, 30011, top) if p <= top})
     n = len(probe)
@@ -1325,16 +1525,31 @@ def _pairing_words(layer: _Layer, calls: list[_Call]) -> str:
     c = layer.run(pos, q, k)
     if c.out is None:
         return ""
-    # (a feature the engine does not mix in stays exactly 0: any other value is a link; the
-    # config's links are those it turns by more than rounding at some probed position)
-    mixed = np.zeros((d, d), dtype=bool)  # [j, i]: feature j reaches output feature i
-    for o in c.out:
-        mixed |= (np.abs(o) > 0).any(axis=1).reshape(n, d, d).any(axis=0)
+    # (the config's links are those it turns by more than rounding at some probed position)
     tau = 16 * eps(layer.dtype) * max(1.0, layer.af)
     seen = np.abs(_truth(layer.rope, q[:, :1], c.pos)[:, 0]) > tau
     truth = np.asarray(seen.reshape(n, d, d).any(axis=0), dtype=bool)
-    np.fill_diagonal(mixed, False)
     np.fill_diagonal(truth, False)
+    words = []
+    for t, o in enumerate(c.out):
+        # (a feature the engine does not mix in stays exactly 0: any other value is a link)
+        mixed = (np.abs(o) > 0).any(axis=1).reshape(n, d, d).any(axis=0)  # [j, i]: j reaches i
+        np.fill_diagonal(mixed, False)
+        words.append(_pairing_of(layer, calls, mixed, truth, t))
+    if words[0] == words[1]:
+        return words[0].replace("{the engine}", "the engine")
+    named = [w.replace("{the engine}", who) for w, who in zip(words, ("q", "k"), strict=True)]
+    if not words[0] or not words[1]:
+        ok = "k" if not words[1] else "q"
+        return f"{named[0] or named[1]} ({ok}'s pairing is the config's)"
+    return "; ".join(named)
+
+
+def _pairing_of(layer: _Layer, calls: list[_Call], mixed: np.ndarray, truth: np.ndarray, t: int) -> str:
+    """The words of :func:`_pairing_words` for one tensor (``t``: 0 q, 1 k), ``{the engine}``
+    standing for its name."""
+    cfg = layer.cfg
+    d, w = cfg.head_dim, cfg.width
     partner = _partners(cfg.layout, w, d)
     j = np.arange(d)
     own = np.zeros((d, d), dtype=bool)
@@ -1347,12 +1562,12 @@ def _pairing_words(layer: _Layer, calls: list[_Call]) -> str:
     if many.size:
         f = int(many[0])
         return (
-            f"the engine mixes feature {f} with features {', '.join(map(str, np.nonzero(mixed[f])[0]))}: "
+            f"{{the engine}} mixes feature {f} with features {', '.join(map(str, np.nonzero(mixed[f])[0]))}: "
             "not a rotation of feature pairs"
         )
     rotated = np.nonzero(mixed.any(axis=1))[0]
     if rotated.size == 0:
-        return f"the engine rotates no feature (the config rotates {w} of {d})"
+        return f"{{the engine}} rotates no feature (the config rotates {w} of {d})"
     theirs = np.where(mixed.any(axis=1), mixed.argmax(axis=1), -1)
     lay, width = "", 0
     gap = np.abs(theirs[rotated] - rotated)
@@ -1361,25 +1576,51 @@ def _pairing_words(layer: _Layer, calls: list[_Call]) -> str:
     elif np.all(gap == gap[0]) and np.all(np.minimum(rotated, theirs[rotated]) < gap[0]):
         lay, width = "half", 2 * int(gap[0])
     if lay and width == w and lay != cfg.layout:
-        words = f"the engine pairs features in the {lay!r} layout (the config's is {cfg.layout!r})"
+        words = f"{{the engine}} pairs features in the {lay!r} layout (the config's is {cfg.layout!r})"
         fn = _at(_with(cfg, layer.rope, layout=lay), layer.af)
-        if all(float(layer.errors(x, fn=fn).max()) <= 1.0 for x in calls):
+        if all(float(layer.errors(x, fn=fn, tensors=(t,)).max()) <= 1.0 for x in calls):
             words += ", and its numbers match the config's RoPE in that layout"
         return words
     if lay and (width > w or (width < w and lay == "half")):
         lays = f"the {lay!r} layout" + ("" if lay == cfg.layout else f" (the config's is {cfg.layout!r})")
         turns = f"rotates {width} of the {d} features" if lay == "half" else f"turns features 0..{width - 1}"
-        words = f"the engine {turns} in {lays} where the config rotates {w}"
+        words = f"{{the engine}} {turns} in {lays} where the config rotates {w}"
         if width > w:
             words += f": features {w}..{min(width, d) - 1} should pass through unchanged"
         return words
+    s0 = int(rotated.min())
+    block = rotated - s0
+    if (
+        0 < s0
+        and rotated.size == w
+        and int(rotated.max()) == s0 + w - 1
+        and np.array_equal(theirs[rotated] - s0, _partners(cfg.layout, w, w)[block])
+    ):
+        # (the config's pairing, on another slice of the head)
+        words = (
+            f"{{the engine}} rotates features {s0}..{s0 + w - 1} where the config rotates 0..{w - 1} "
+            f"(the wrong slice of the head: rotate the first {w} features, pass the other {d - w} through)"
+        )
+        perm = np.concatenate([np.arange(s0, s0 + w), np.arange(s0), np.arange(s0 + w, d)])
+        back = np.argsort(perm)
+        truth_at = _at(layer.rope, layer.af)
+
+        def sliced(x: np.ndarray, p: np.ndarray) -> np.ndarray:
+            return truth_at(np.ascontiguousarray(x[..., perm]), p)[..., back]
+
+        if all(float(layer.errors(x, fn=sliced, tensors=(t,)).max()) <= 1.0 for x in calls):
+            words += ", and its numbers match the config's rotation of that slice"
+        return words
     if still.any() and not strange.any():
         idle = np.nonzero(still.any(axis=1))[0]
-        return f"features {_ranges(idle)} do not turn (the config pairs them: {cfg.layout!r} layout over {w})"
+        return (
+            f"features {_ranges(idle)} do not turn in {{the engine}} (the config pairs them: "
+            f"{cfg.layout!r} layout over {w})"
+        )
     f = int(np.nonzero(strange.any(axis=1))[0][0])
     mine = int(partner[f])
     says = f"pairs it with {mine}" if mine >= 0 else "passes it through"
-    return f"the engine pairs feature {f} with {int(theirs[f])} where the config {says}"
+    return f"{{the engine}} pairs feature {f} with {int(theirs[f])} where the config {says}"
 
 
 def _ranges(idx: Sequence[int] | np.ndarray) -> str:
@@ -1453,13 +1694,13 @@ def _pair_angles(
 
 
 def _turn_rate(
-    pos: np.ndarray, theta: np.ndarray, slack: np.ndarray, rel: float
+    pos: np.ndarray, theta: np.ndarray, slack: np.ndarray, rel: float, bound: float = math.pi
 ) -> tuple[float, float] | None:
-    """Every frequency ``w`` (``|w| <= pi``) whose angles ``w * p`` agree with the measured ones
-    ``theta`` (mod 2 pi) within ``slack + rel * |w p|`` at each position, as an interval ``(lo,
-    hi)``; ``None`` when none does.  Positions are taken in order while the turn count stays
-    unambiguous."""
-    lo, hi = -math.pi, math.pi
+    """Every frequency ``w`` (``|w| <= bound``) whose angles ``w * p`` agree with the measured
+    ones ``theta`` (mod 2 pi) within ``slack + rel * |w p|`` at each position, as an interval
+    ``(lo, hi)``; ``None`` when none does.  Positions are taken in order while the turn count
+    stays unambiguous."""
+    lo, hi = -bound, bound
     for p, a, t in zip(pos.tolist(), theta.tolist(), slack.tolist(), strict=True):
         if not math.isfinite(a):
             return None
@@ -1477,44 +1718,110 @@ def _turn_rate(
     return lo, hi
 
 
-def _frequency_words(layer: _Layer, calls: list[_Call], below: float = math.inf) -> list[str]:
-    """Which frequencies the engine turns at, against the config's, each verified.
+@dataclasses.dataclass
+class _Frequencies:
+    """The engine's frequency per pair, measured on one call at positions ``1 .. top``: ``(pair,
+    the config's frequency, the interval of the engine's or None where none fits)``."""
 
-    One call at positions ``1 .. top`` (:func:`_ladder`; below ``below``, a table's end), on data
-    exact in the dtype.  Per pair, every frequency consistent with the engine's angles at every
-    position (within the output's rounding and the angle kind's allowance) is an interval; over
-    the config's (from its own float64 rotation of the same call: per call for dynamic scalings),
-    that is an interval of factors.  A pair is listed with its factor when the interval excludes
-    1 and is narrower than 4% (the factor printed is in it); as unresolved when it excludes 1 but
-    the dtype's rounding leaves it wider; as turning at no single frequency when the interval is
-    empty even with the rotation check's allowance.
-    """
+    top: int
+    pairs: list[tuple[int, float, tuple[float, float] | None]]
+
+
+def _measure_frequencies(layer: _Layer, calls: list[_Call], below: float = math.inf) -> _Frequencies | None:
+    """Which frequencies the engine turns at, each as the interval of every frequency consistent
+    with the engine's angles at every position of one call at positions ``1 .. top``
+    (:func:`_ladder`; below ``below``, a table's end), on data exact in the dtype, within the
+    output's rounding and the angle kind's allowance.  The config's frequency comes from its own
+    float64 rotation of the same call (per call for dynamic scalings)."""
     cfg = layer.cfg
     if isinstance(layer.rope, MRoPE):
-        return []
+        return None
     top = max(int(_scalar_pos(c).max()) for c in calls)
     top = int(min(top, below - 1))
     if top < 2:
-        return []
+        return None
     c = layer.call(_ladder(top))
     if c.out is None:
-        return []
+        return None
     xs = (c.q, c.k)
     want = tuple(_truth(layer.rope, x, c.pos) for x in xs)
     theta, slack = _pair_angles(layer, xs, c.out, layer.ulps * eps(layer.dtype) * max(1.0, layer.af))
     theta_t, _ = _pair_angles(layer, xs, want, 0.0)
     pos = c.pos.astype(np.float64)
-    found: list[tuple[int, float, float]] = []
-    unresolved: list[int] = []
-    lost: list[int] = []
+    pairs: list[tuple[int, float, tuple[float, float] | None]] = []
     for i in range(cfg.width // 2):
         t = _turn_rate(pos, theta_t[:, i], np.full(pos.shape, 1e-9), 0.0)
         if t is None or t[0] <= 0.0 <= t[1]:
             continue  # (a frequency 0: proportional RoPE's idle pairs)
-        wt = 0.5 * (t[0] + t[1])
         iv = _turn_rate(pos, theta[:, i], slack[:, i], float(layer.angle_rel[i]))
         if iv is None:  # (beyond the angle kind's bound: the rotation check's own allowance)
             iv = _turn_rate(pos, theta[:, i], slack[:, i] + layer.angle_coef * pos, 0.0)
+        pairs.append((i, 0.5 * (t[0] + t[1]), iv))
+    return _Frequencies(top, pairs)
+
+
+def _base_words(layer: _Layer, calls: list[_Call], freqs: _Frequencies | None) -> str:
+    """Where the engine's frequencies are another base's (the config's scaling kept, or none): that
+    base, in as few digits as still match the engine's numbers."""
+    cfg = layer.cfg
+    if freqs is None or cfg.base <= 1.0:
+        return ""
+    fd = float(cfg.freq_dim)
+    best: list[tuple[float, float]] = []  # (relative error of the base, the base)
+    for i, wt, iv in freqs.pairs:
+        if iv is None or i == 0 or iv[0] <= 0.0:
+            continue
+        mid, width = 0.5 * (iv[0] + iv[1]), iv[1] - iv[0]
+        e = 2 * i / fd
+        # (plain RoPE's w_i = b**-e; or the config's frequency at base b' over base b: (b/b')**e)
+        best.append((width / mid / e, math.exp(-math.log(mid) / e)))
+        best.append((width / mid / e, cfg.base * math.exp(-math.log(mid / wt) / e)))
+    if not best:
+        return ""
+    best.sort()
+    tried: set[float] = set()
+    for _, b in best[:4]:
+        for digits in range(3, 10):
+            bb = float(f"{b:.{digits}g}")
+            if bb in tried or abs(bb / cfg.base - 1.0) < 1e-12:
+                continue
+            tried.add(bb)
+            for keep in (True, False):
+                scaling = cfg.scaling if keep else None
+                try:
+                    fn = _at(_with(cfg, layer.rope, base=bb, scaling=scaling), layer.af)
+                except ValueError:
+                    continue
+                if all(float(layer.errors(c, fn=fn).max()) <= 1.0 for c in calls):
+                    sc = type(cfg.scaling).__name__
+                    what = (
+                        f"the config's {sc} scaling at base {bb:g}"
+                        if keep and not isinstance(cfg.scaling, Default)
+                        else f"plain RoPE at base {bb:g}"
+                    )
+                    has = "" if isinstance(cfg.scaling, Default) else f" with {sc} scaling"
+                    return (
+                        f"the engine's numbers match {what} (the config's rope_theta is "
+                        f"{cfg.base:g}{has}): its base is wrong"
+                    )
+    return ""
+
+
+def _frequency_words(layer: _Layer, freqs: _Frequencies | None) -> list[str]:
+    """The pairs whose frequency is not the config's, each verified (see
+    :func:`_measure_frequencies`): over the config's frequency the engine's is an interval of
+    factors.  A pair is listed with a factor when its interval excludes 1 and is narrower than 4%;
+    consecutive pairs share one factor only where their intervals overlap (the factor printed lies
+    in every one of them), never by a fixed percentage; a pair whose interval excludes 1 but is
+    wider is said unresolved; one whose interval is empty even with the rotation check's
+    allowance turns at no single frequency."""
+    if freqs is None:
+        return []
+    cfg, top = layer.cfg, freqs.top
+    found: list[tuple[int, float, float]] = []
+    unresolved: list[int] = []
+    lost: list[int] = []
+    for i, wt, iv in freqs.pairs:
         if iv is None:
             lost.append(i)
             continue
@@ -1528,13 +1835,11 @@ def _frequency_words(layer: _Layer, calls: list[_Call], below: float = math.inf)
             unresolved.append(i)
     words = []
     if found:
-        groups: list[tuple[int, int, float, float]] = []
+        groups: list[tuple[int, int, float, float]] = []  # (first, last, the intersection)
         for i, lo, hi in found:
-            mid = 0.5 * (lo + hi)
-            first = 0.5 * (groups[-1][2] + groups[-1][3]) if groups else math.nan
-            if groups and groups[-1][1] == i - 1 and abs(first - mid) <= 0.02 * abs(first):
+            if groups and groups[-1][1] == i - 1 and max(lo, groups[-1][2]) <= min(hi, groups[-1][3]):
                 a, _, glo, ghi = groups[-1]
-                groups[-1] = (a, i, glo, ghi)
+                groups[-1] = (a, i, max(lo, glo), min(hi, ghi))
             else:
                 groups.append((i, i, lo, hi))
         parts = [
@@ -1557,8 +1862,8 @@ def _frequency_words(layer: _Layer, calls: list[_Call], below: float = math.inf)
 
 
 def _ratio(lo: float, hi: float) -> str:
-    """A factor known to lie in ``[lo, hi]``: ``1/8`` or ``4`` when that is in it, else the
-    midpoint in as many digits as tell it from 1 (at least three)."""
+    """A factor known to lie in ``[lo, hi]`` (which excludes 1): ``1/8`` or ``4`` when that is in
+    it, else a number in it, in as few digits (at least three) as keep it there."""
     mid = 0.5 * (lo + hi)
     if 0 < abs(mid) < 0.75:
         n = round(1 / mid)
@@ -1567,7 +1872,7 @@ def _ratio(lo: float, hi: float) -> str:
     n = round(mid)
     if n not in (0, 1) and lo <= n <= hi:
         return f"{n}"
-    k = 3
-    while k < 9 and float(f"{mid:.{k}g}") == 1.0:
-        k += 1
-    return f"{mid:.{k}g}"
+    for k in range(3, 17):
+        if lo <= float(f"{mid:.{k}g}") <= hi:
+            return f"{mid:.{k}g}"
+    return f"{mid!r}"
