@@ -56,6 +56,7 @@ ENGINES = (
     "maxtext",
     "keras_hub",
     "mlx_lm",
+    "executorch",
     "ggml",
     "sglang",
 )

@@ -333,6 +333,31 @@ FINDINGS: tuple[Finding, ...] = (
         "keras_hub/repro_dynamic.py",
     ),
     Finding(
+        "executorch",
+        "LongRoPE picks short or long factors once, by the length of the cos/sin table",
+        "design choice",
+        ("longrope",),
+        "``hf_precompute_freqs_cis`` uses the long factors whenever the table it builds has more "
+        'rows than ``original_max_position_embeddings`` (its comment: "Selection mirrors HF", '
+        "with the table's length as the sequence length), not per sequence as transformers does: "
+        "an export for Phi-4-mini's full context (``max_context_len`` 131072) rotates prompts "
+        "shorter than 4096 with the long factors (2.3 rad off at position 5, 7.6 at 2047).  One "
+        "static table is what an exported graph keeps (as vLLM does per load).",
+        "executorch/repro_longrope_factors.py",
+    ),
+    Finding(
+        "executorch",
+        'the doubled "sharded checkpoint" table switches LongRoPE to its long factors',
+        "engine bug",
+        (),
+        "``Rope`` builds ``2 * max_context_len`` rows whenever ``ffn_dim_multiplier`` is set, and "
+        "``phi_4_mini/config/config.json`` sets it (to 1): an export with ``max_context_len`` "
+        "4096, the original context, which no sequence can pass, gets an 8192-row table and so the "
+        "long factors at every position (8.3 rad off at position 2047 against transformers' short "
+        "ones); only a context up to 2048 gets the short factors.",
+        "executorch/repro_longrope_factors.py",
+    ),
+    Finding(
         "ggml",
         "YaRN ignores ``truncate``",
         "engine bug",
