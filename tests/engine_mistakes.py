@@ -479,3 +479,17 @@ class TokenCountTable(Rotary):
         if pos.max() >= n:
             raise EngineError(f"IndexError: index {pos.max()} is out of bounds for axis 0 with size {n}")
         return self.apply(rope, q, k, pos)
+
+
+class LongRopePerToken(Rotary):
+    """LongRoPE's short factors below the original context and long ones from it on, per token
+    (vLLM's and SGLang's choice; transformers chooses one set per call)."""
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        sc = rope.scaling
+        out = []
+        for fac in (sc.short_factor, sc.long_factor):
+            r = _replaced(rope, scaling=Factors(fac))
+            out.append(self.apply(r, q, k, pos, rope.attention_factor / r.attention_factor))
+        long = (pos >= sc.original_max_position_embeddings)[:, None, None]
+        return tuple(np.where(long, b, a) for a, b in zip(*out, strict=True))

@@ -124,6 +124,13 @@ MISTAKES = [
         r"at each token's index in the call .*\(index it by the positions\); wrong from position 7 on$",
     ),
     (
+        "LongRoPE's factors chosen per token",
+        lambda: M.LongRopePerToken(),
+        "longrope",
+        "rotation",
+        r"short factors below position 4096 and its long ones from 4096 on, chosen per token",
+    ),
+    (
         "a table sized by the token count",
         lambda: M.TokenCountTable(compute="dtype"),
         "default",
@@ -134,7 +141,11 @@ MISTAKES = [
 
 
 #: The mistakes of the frequencies themselves (per-pair factors are their words).
-FREQUENCY_MISTAKES = {"truncate ignored", "Llama 3 bands one pair late"}
+FREQUENCY_MISTAKES = {
+    "truncate ignored",
+    "Llama 3 bands one pair late",
+    "LongRoPE's factors chosen per token",
+}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

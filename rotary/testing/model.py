@@ -1330,9 +1330,24 @@ def _suspects(layer: _Layer) -> list[tuple[str, Callable[[np.ndarray, np.ndarray
                 )
             )
     if isinstance(sc, LongRoPE):
+        by: dict[str, Any] = {}
         for label, fac in (("long", sc.long_factor), ("short", sc.short_factor)):
-            r = _with(cfg, rope, scaling=Factors(fac))
-            out.append((f"LongRoPE's {label} factors at every length", _at(r, af)))
+            by[label] = _at(_with(cfg, rope, scaling=Factors(fac)), af)
+            out.append((f"LongRoPE's {label} factors at every length", by[label]))
+        n0 = sc.original_max_position_embeddings
+
+        def per_token(x: np.ndarray, p: np.ndarray, n0: int = n0) -> np.ndarray:
+            long = (p if p.ndim == 1 else p.max(axis=0)) >= n0
+            return np.where(long[:, None, None], by["long"](x, p), by["short"](x, p))
+
+        out.append(
+            (
+                f"LongRoPE's short factors below position {n0} and its long ones from {n0} on, chosen per "
+                f"token (transformers chooses one set per call: the long factors for every token of a "
+                f"call longer than original_max_position_embeddings {n0})",
+                per_token,
+            )
+        )
     if isinstance(rope, MRoPE):
         alt = None
         if not rope._custom_rows:
@@ -1434,6 +1449,15 @@ def _diagnose(layer: _Layer, calls: list[_Call], bad: list[int]) -> str:
         clamp, cap = _clamped(layer, calls, first)
         if clamp:
             words.append(clamp)
+        table = int(getattr(layer.eng, "max_position", None) or 0)
+        if not clamp and table and bad and min(bad) >= table:
+            # (right at every position checked below the engine's own table, wrong past it)
+            cap = table
+            words.append(
+                f"right at every position checked below the engine's table of {table} rows (its "
+                f"max_position) and wrong past it, where its numbers are neither clamped nor wrapped: "
+                f"it reads outside its table (refuse positions past it, or size the table by the context)"
+            )
     passed = _pass_through_words(layer, calls)
     if passed:
         words.append(passed)
@@ -1725,6 +1749,8 @@ class _Frequencies:
 
     top: int
     pairs: list[tuple[int, float, tuple[float, float] | None]]
+    #: per pair, the interval within the rotation check's own allowance (wider)
+    wide: dict[int, tuple[float, float] | None] = dataclasses.field(default_factory=dict)
 
 
 def _measure_frequencies(layer: _Layer, calls: list[_Call], below: float = math.inf) -> _Frequencies | None:
@@ -1749,15 +1775,16 @@ def _measure_frequencies(layer: _Layer, calls: list[_Call], below: float = math.
     theta_t, _ = _pair_angles(layer, xs, want, 0.0)
     pos = c.pos.astype(np.float64)
     pairs: list[tuple[int, float, tuple[float, float] | None]] = []
+    wides: dict[int, tuple[float, float] | None] = {}
     for i in range(cfg.width // 2):
         t = _turn_rate(pos, theta_t[:, i], np.full(pos.shape, 1e-9), 0.0)
         if t is None or t[0] <= 0.0 <= t[1]:
             continue  # (a frequency 0: proportional RoPE's idle pairs)
         iv = _turn_rate(pos, theta[:, i], slack[:, i], float(layer.angle_rel[i]))
-        if iv is None:  # (beyond the angle kind's bound: the rotation check's own allowance)
-            iv = _turn_rate(pos, theta[:, i], slack[:, i] + layer.angle_coef * pos, 0.0)
-        pairs.append((i, 0.5 * (t[0] + t[1]), iv))
-    return _Frequencies(top, pairs)
+        wide = _turn_rate(pos, theta[:, i], slack[:, i] + layer.angle_coef * pos, 0.0)
+        pairs.append((i, 0.5 * (t[0] + t[1]), iv if iv is not None else wide))
+        wides[i] = wide
+    return _Frequencies(top, pairs, wides)
 
 
 def _base_words(layer: _Layer, calls: list[_Call], freqs: _Frequencies | None) -> str:
@@ -1810,7 +1837,9 @@ def _base_words(layer: _Layer, calls: list[_Call], freqs: _Frequencies | None) -
 def _frequency_words(layer: _Layer, freqs: _Frequencies | None) -> list[str]:
     """The pairs whose frequency is not the config's, each verified (see
     :func:`_measure_frequencies`): over the config's frequency the engine's is an interval of
-    factors.  A pair is listed with a factor when its interval excludes 1 and is narrower than 4%;
+    factors.  A pair is listed with a factor when its interval excludes 1 (and so does its interval
+    within the rotation check's own allowance: no factor the check itself cannot see) and is
+    narrower than 4%;
     consecutive pairs share one factor only where their intervals overlap (the factor printed lies
     in every one of them), never by a fixed percentage; a pair whose interval excludes 1 but is
     wider is said unresolved; one whose interval is empty even with the rotation check's
@@ -1828,6 +1857,9 @@ def _frequency_words(layer: _Layer, freqs: _Frequencies | None) -> list[str]:
         lo, hi = sorted((iv[0] / wt, iv[1] / wt))
         if lo <= 1.0 <= hi:
             continue
+        wide = freqs.wide.get(i)
+        if wide is not None and min(wide) <= wt <= max(wide):
+            continue  # (the config's frequency, within the rotation check's own allowance)
         mid = 0.5 * (lo + hi)
         if hi - lo <= 0.04 * abs(mid):
             found.append((i, lo, hi))
