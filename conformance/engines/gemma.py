@@ -1,7 +1,7 @@
 """Google DeepMind's ``gemma`` 4.0.1 (JAX, ``gemma.gm``): the RoPE its attention layers apply.
 
 Install (CPU, Python 3.12: ``gemma`` 4.x requires it, 3.3.0 is the last release for 3.11; measured
-here from a warm pip cache: about 2 minutes, venv 2.9 GB, no torch)::
+here from a warm pip cache: 3.5 minutes, venv 2.9 GB, no torch)::
 
     python3.12 -m venv $ENGINES/gemma/venv && cd $ENGINES/gemma
     venv/bin/pip install "jax[cpu]" flax einops jaxtyping treescope sentencepiece absl-py \
