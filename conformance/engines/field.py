@@ -54,6 +54,7 @@ ENGINES = (
     "litgpt",
     "mistral_inference",
     "maxtext",
+    "gemma",
     "keras_hub",
     "mlx_lm",
     "executorch",
