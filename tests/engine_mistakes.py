@@ -493,3 +493,33 @@ class LongRopePerToken(Rotary):
             out.append(self.apply(r, q, k, pos, rope.attention_factor / r.attention_factor))
         long = (pos >= sc.original_max_position_embeddings)[:, None, None]
         return tuple(np.where(long, b, a) for a, b in zip(*out, strict=True))
+
+
+class CosSinSwapped(Rotary):
+    """``x sin + rotate_half(x) cos``: cos and sin swapped."""
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        c, s = (np.asarray(t, dtype=np.float64) for t in rope.cos_sin(pos, full=True))
+        w = c.shape[-1]
+
+        def one(x):  # type: ignore[no-untyped-def]
+            r = x[..., :w]
+            if rope.layout == "half":
+                turned = np.concatenate([-r[..., w // 2 :], r[..., : w // 2]], axis=-1)
+            else:
+                turned = np.stack([-r[..., 1::2], r[..., 0::2]], axis=-1).reshape(r.shape)
+            return np.concatenate([r * s[:, None] + turned * c[:, None], x[..., w:]], axis=-1)
+
+        return one(q), one(k)
+
+
+class HeadDimExponents(Rotary):
+    """Partial rotary with ``inv_freq = base**(-2i/head_dim)`` (exponents over the whole head)."""
+
+    def rope(self, config, layer_type):  # type: ignore[no-untyped-def]
+        r = super().rope(config, layer_type)
+        c = r.config
+        return _replaced(r, base=c.base ** (c.width / c.head_dim))
+
+    def planted(self, config):  # type: ignore[no-untyped-def]
+        return _ratio(self, config)

@@ -131,6 +131,20 @@ MISTAKES = [
         r"short factors below position 4096 and its long ones from 4096 on, chosen per token",
     ),
     (
+        "cos and sin swapped",
+        lambda: M.CosSinSwapped(),
+        "interleaved",
+        "rotation",
+        r"cos and sin swapped",
+    ),
+    (
+        "partial rotary with exponents over the head",
+        lambda: M.HeadDimExponents(compute="dtype"),
+        "partial",
+        "rotation",
+        r"exponents over the head's \d+ features, not the \d+ it rotates",
+    ),
+    (
         "a table sized by the token count",
         lambda: M.TokenCountTable(compute="dtype"),
         "default",
@@ -145,6 +159,7 @@ FREQUENCY_MISTAKES = {
     "truncate ignored",
     "Llama 3 bands one pair late",
     "LongRoPE's factors chosen per token",
+    "partial rotary with exponents over the head",
 }
 
 

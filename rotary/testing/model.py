@@ -1227,6 +1227,25 @@ def _positional_suspects(layer: _Layer, calls: list[_Call]) -> list[tuple[str, A
                 None,
             )
         )
+    w, layout = layer.cfg.width, layer.cfg.layout
+
+    def swapped(x: np.ndarray, p: np.ndarray) -> np.ndarray:
+        # x sin + rotate_half(x) cos = rotate_half(the rotation by -pos of x)
+        t = truth(x, -p)
+        r = t[..., :w]
+        if layout == "half":
+            turned = np.concatenate([-r[..., w // 2 :], r[..., : w // 2]], axis=-1)
+        else:
+            turned = np.stack([-r[..., 1::2], r[..., 0::2]], axis=-1).reshape(r.shape)
+        return np.concatenate([turned, t[..., w:]], axis=-1)
+
+    out.append(
+        (
+            "cos and sin swapped (x sin + rotate_half(x) cos where RoPE is x cos + rotate_half(x) sin)",
+            swapped,
+            None,
+        )
+    )
     out.append(
         (
             "the rotation by -pos: sin has the wrong sign (x cos - rotate_half(x) sin where RoPE is "
@@ -1283,6 +1302,14 @@ def _suspects(layer: _Layer) -> list[tuple[str, Callable[[np.ndarray, np.ndarray
         plain = _with(cfg, rope, scaling=None)
         out.append(
             (f"no scaling: plain RoPE at base {cfg.base:g} ({type(sc).__name__} not applied)", _at(plain, af))
+        )
+    if cfg.width < cfg.head_dim and cfg.partial != "proportional":
+        out.append(
+            (
+                f"frequencies with exponents over the head's {cfg.head_dim} features, not the "
+                f"{cfg.width} it rotates (inv_freq = base**(-2i/{cfg.head_dim}): divide by rotary_dim)",
+                _at(_with(cfg, rope, base=cfg.base ** (cfg.width / cfg.head_dim)), af),
+            )
         )
     if cfg.base != 10000.0:
         out.append(
