@@ -523,3 +523,14 @@ class HeadDimExponents(Rotary):
 
     def planted(self, config):  # type: ignore[no-untyped-def]
         return _ratio(self, config)
+
+
+class LongRopeLate(Rotary):
+    """LongRoPE's long factors when a position exceeds the original context (SGLang's ``>``), one
+    token late against transformers' ``max(pos) + 1 > original``."""
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        sc = rope.scaling
+        fac = sc.long_factor if pos.max() > sc.original_max_position_embeddings else sc.short_factor
+        r = _replaced(rope, scaling=Factors(fac))
+        return self.apply(r, q, k, pos, rope.attention_factor / r.attention_factor)

@@ -145,6 +145,13 @@ MISTAKES = [
         r"exponents over the head's \d+ features, not the \d+ it rotates",
     ),
     (
+        "LongRoPE's long factors one token late",
+        lambda: M.LongRopeLate(),
+        "longrope",
+        "rotation",
+        r"LongRoPE's long factors only in a call whose largest position exceeds 4096 .* one token late",
+    ),
+    (
         "a table sized by the token count",
         lambda: M.TokenCountTable(compute="dtype"),
         "default",
@@ -160,6 +167,7 @@ FREQUENCY_MISTAKES = {
     "Llama 3 bands one pair late",
     "LongRoPE's factors chosen per token",
     "partial rotary with exponents over the head",
+    "LongRoPE's long factors one token late",
 }
 
 

@@ -448,6 +448,7 @@ class _Call:
     out: tuple[np.ndarray, np.ndarray] | None  # the engine's (float64); None: the engine raised
     error: str = ""
     adapter: bool = False  # the exception was raised in the adapter's own code
+    switch: bool = False  # a call on either side of where a scaling chosen per call switches
 
 
 class _Layer:
@@ -689,6 +690,7 @@ def _config_checks(
     ]
     try:
         calls = [layer.call(np.arange(64)), *_spread_calls(layer, _spread([*marks, *extra]))]
+        calls += [dataclasses.replace(layer.call(np.arange(n)), switch=True) for n in _switch_lengths(layer)]
         factors = _measure_factor(layer, calls[0])
         out = [_rotation(layer, calls, row)]
     except Unsupported as e:
@@ -698,6 +700,19 @@ def _config_checks(
     out.append(_query_scale(eng, model, index, row, code))
     out.append(_positions(layer, calls, context, row))
     return out
+
+
+def _switch_lengths(layer: _Layer) -> tuple[int, ...]:
+    """Call lengths on either side of where a scaling chosen per call switches: LongRoPE's short
+    and long factors at ``original_max_position_embeddings``, dynamic NTK's growth past the
+    context (a call of ``n`` tokens at positions ``0 .. n-1``)."""
+    sc = layer.cfg.scaling
+    n0 = 0
+    if isinstance(sc, LongRoPE):
+        n0 = int(sc.original_max_position_embeddings)
+    elif isinstance(sc, DynamicNTK):
+        n0 = int(sc.max_position_embeddings)
+    return (n0, n0 + 1) if 0 < n0 <= 65536 else ()
 
 
 def _spread_calls(layer: _Layer, pos: np.ndarray) -> list[_Call]:
@@ -1367,6 +1382,17 @@ def _suspects(layer: _Layer) -> list[tuple[str, Callable[[np.ndarray, np.ndarray
             long = (p if p.ndim == 1 else p.max(axis=0)) >= n0
             return np.where(long[:, None, None], by["long"](x, p), by["short"](x, p))
 
+        def late(x: np.ndarray, p: np.ndarray, n0: int = n0) -> np.ndarray:
+            return by["long"](x, p) if int(np.max(p)) > n0 else by["short"](x, p)
+
+        out.append(
+            (
+                f"LongRoPE's long factors only in a call whose largest position exceeds {n0} (max(pos) > "
+                f"{n0}) where transformers takes them for a call longer than {n0} (max(pos) + 1 > {n0}): "
+                f"one token late",
+                late,
+            )
+        )
         out.append(
             (
                 f"LongRoPE's short factors below position {n0} and its long ones from {n0} on, chosen per "
@@ -1444,7 +1470,18 @@ def _first_wrong(
 def _diagnose(layer: _Layer, calls: list[_Call], bad: list[int]) -> str:
     """The rotation check's failure in words: each a verified statement naming what to fix."""
     tail, first = [], None
-    if bad:
+    wrong = [c for c in calls if c.out is not None and bool((layer.errors(c) > 1.0).any())]
+    if wrong and all(c.switch for c in wrong):
+        # (wrong only in a call whose length decides the scaling: no position is wrong alone)
+        c = wrong[0]
+        e = layer.errors(c) > 1.0
+        n = int(c.pos.shape[-1])
+        first = int(_scalar_pos(c)[e][0])
+        tail = [
+            f"wrong in a call of {n} tokens (positions 0..{n - 1}), at {int(e.sum())} of its positions "
+            f"from position {first}, and right in every other call checked"
+        ]
+    elif bad:
         first, exact = _first_wrong(layer, calls, bad)
         seen = f"first seen wrong at position {first} (of the positions checked)"
         tail = [f"wrong from position {first} on" if exact else seen]
