@@ -65,7 +65,9 @@ failure is diagnosed in words, each of them verified against the engine's own nu
   twice, on one of them only, ``mscale`` ignored);
 * from which position on the engine is wrong (the first wrong position, searched between the
   last right and the first wrong sampled ones), and from which its outputs are NaN;
-* a refusal that depends on the call's token count (a table sized by it).
+* a refusal that depends on the call's token count (a table sized by it);
+* for a scaling chosen per call (LongRoPE, dynamic NTK), calls of ``n`` and ``n + 1`` tokens
+  where it switches, and a mistake seen only there said so.
 
 An exception raised in the adapter's own code is an "adapter error" (no verdict on the engine:
 :func:`rotary.testing.engine.raised_by_adapter`).
