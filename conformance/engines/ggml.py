@@ -6,7 +6,7 @@ llama.cpp; venv 1.2 GB (torch 0.8 GB), the unpacked source 0.2 GB)::
 
     python3.11 -m venv $ENGINES/ggml/venv && cd $ENGINES/ggml
     venv/bin/pip install torch==2.13.0 numpy
-    venv/bin/pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d dl
+    venv/bin/pip download --no-deps --no-binary llama-cpp-python llama-cpp-python==0.3.36 -d dl
     tar xzf dl/llama_cpp_python-0.3.36.tar.gz    # the source: ggml, llama.cpp and its converter
     export CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
         -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2
@@ -108,7 +108,7 @@ DTYPES = ("float32", "float16")
 INSTALL = """\
 python3.11 -m venv $ENGINES/ggml/venv && cd $ENGINES/ggml
 venv/bin/pip install torch==2.13.0 numpy
-venv/bin/pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d dl
+venv/bin/pip download --no-deps --no-binary llama-cpp-python llama-cpp-python==0.3.36 -d dl
 tar xzf dl/llama_cpp_python-0.3.36.tar.gz
 export CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \\
   -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2
