@@ -534,3 +534,26 @@ class LongRopeLate(Rotary):
         fac = sc.long_factor if pos.max() > sc.original_max_position_embeddings else sc.short_factor
         r = _replaced(rope, scaling=Factors(fac))
         return self.apply(r, q, k, pos, rope.attention_factor / r.attention_factor)
+
+
+class StatefulDynamic(Rotary):
+    """Dynamic NTK as transformers' module keeps it: the frequencies grown for the longest call
+    so far, kept for later calls of ``max_position_embeddings`` tokens or more (reset only below)."""
+
+    def build(self, config, *, layer_type, dtype):  # type: ignore[no-untyped-def]
+        self.cached = int(config["max_position_embeddings"])
+        return super().build(config, layer_type=layer_type, dtype=dtype)
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        sc, c = rope.scaling, rope.config
+        big_l, n = int(sc.max_position_embeddings), int(pos.max()) + 1
+        self.cached = max(self.cached, n)
+        if n < big_l and self.cached > big_l:
+            self.cached = big_l
+        s = self.cached
+        base = (
+            c.base * (sc.factor * s / big_l - (sc.factor - 1)) ** (c.width / (c.width - 2))
+            if s > big_l
+            else c.base
+        )
+        return self.apply(_replaced(rope, base=base, scaling=None), q, k, pos)

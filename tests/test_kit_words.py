@@ -152,6 +152,14 @@ MISTAKES = [
         r"LongRoPE's long factors only in a call whose largest position exceeds 4096 .* one token late",
     ),
     (
+        "transformers' stateful dynamic NTK",
+        lambda: M.StatefulDynamic(compute="dtype"),
+        "dynamic",
+        "rotation",
+        r"stateful dynamic NTK: a call keeps the frequencies grown for the longest call before it .* wrong "
+        r"in a call of 4096 tokens .* and in a call of 4097 tokens .*right in every other call checked$",
+    ),
+    (
         "a table sized by the token count",
         lambda: M.TokenCountTable(compute="dtype"),
         "default",

@@ -171,6 +171,19 @@ FINDINGS: tuple[Finding, ...] = (
     ),
     Finding(
         "liger",
+        "dynamic NTK keeps a longer call's frequencies (transformers' stateful module)",
+        "design choice",
+        ("dynamic",),
+        "liger's cos and sin come from transformers' ``LlamaRotaryEmbedding``, whose dynamic NTK grows "
+        "``inv_freq`` for a call longer than ``max_position_embeddings`` and resets it only for a call "
+        "*shorter* than it: a later call of 4096 or 4097 tokens (Llama 2, factor 2) after a longer one "
+        "is rotated with the longer call's frequencies (cos off by 2.0 against its own length's; a "
+        "fresh module, or a call of 100 tokens first, gives its own).  The kit's calls of 4096 and "
+        "4097 tokens come after its long ones.",
+        "liger/repro_dynamic_kept.py",
+    ),
+    Finding(
+        "liger",
         "bfloat16 cannot be checked in Triton's interpreter",
         "test environment",
         (),

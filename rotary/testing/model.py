@@ -1387,12 +1387,24 @@ def _suspects(layer: _Layer) -> list[tuple[str, Callable[[np.ndarray, np.ndarray
         def late(x: np.ndarray, p: np.ndarray, n0: int = n0) -> np.ndarray:
             return by["long"](x, p) if int(np.max(p)) > n0 else by["short"](x, p)
 
+        def late_rows(x: np.ndarray, p: np.ndarray, n0: int = n0) -> np.ndarray:
+            # (one table: n0 short rows, then the long ones, read at p + n0 in a long call)
+            if int(np.max(p)) > n0:
+                return by["long"](x, p)
+            past = (p if p.ndim == 1 else p.max(axis=0)) >= n0
+            return np.where(past[:, None, None], by["long"](x, p - n0), by["short"](x, p))
+
+        one_late = (
+            f"LongRoPE's long factors only in a call whose largest position exceeds {n0} (max(pos) > "
+            f"{n0}) where transformers takes them for a call longer than {n0} (max(pos) + 1 > {n0}): "
+            f"one token late"
+        )
+        out.append((one_late, late))
         out.append(
             (
-                f"LongRoPE's long factors only in a call whose largest position exceeds {n0} (max(pos) > "
-                f"{n0}) where transformers takes them for a call longer than {n0} (max(pos) + 1 > {n0}): "
-                f"one token late",
-                late,
+                f"{one_late}; in a call of {n0 + 1} tokens position {n0} reads the long factors' row 0 "
+                f"(one table of {n0} short rows, then the long ones)",
+                late_rows,
             )
         )
         out.append(
@@ -1474,19 +1486,24 @@ def _diagnose(layer: _Layer, calls: list[_Call], bad: list[int]) -> str:
     tail, first = [], None
     wrong = [c for c in calls if c.out is not None and bool((layer.errors(c) > 1.0).any())]
     if wrong and all(c.switch for c in wrong):
-        # (wrong only in a call whose length decides the scaling: no position is wrong alone)
-        c = wrong[0]
-        e = layer.errors(c) > 1.0
-        n = int(c.pos.shape[-1])
-        first = int(_scalar_pos(c)[e][0])
-        tail = [
-            f"wrong in a call of {n} tokens (positions 0..{n - 1}), at {int(e.sum())} of its positions "
-            f"from position {first}, and right in every other call checked"
-        ]
+        # (wrong only in calls whose length decides the scaling: no position is wrong alone)
+        parts = []
+        for c in wrong:
+            e = layer.errors(c) > 1.0
+            n = int(c.pos.shape[-1])
+            at = int(_scalar_pos(c)[e][0])
+            first = at if first is None else min(first, at)
+            parts.append(
+                f"a call of {n} tokens (positions 0..{n - 1}) at {int(e.sum())} of its positions from {at}"
+            )
+        tail = [f"wrong in {' and in '.join(parts)}, and right in every other call checked"]
     elif bad:
         first, exact = _first_wrong(layer, calls, bad)
         seen = f"first seen wrong at position {first} (of the positions checked)"
         tail = [f"wrong from position {first} on" if exact else seen]
+        if isinstance(layer.cfg.scaling, (LongRoPE, DynamicNTK)):
+            # (a scaling chosen per call: which positions are wrong depends on the call)
+            tail = [f"{tail[0]} in the calls checked (the scaling depends on each call's length)"]
     tail = [*_nonfinite_words(layer, calls), *tail]
     pairing = _pairing_words(layer, calls)
     if pairing:  # (the pairs are not the config's: no frequency of a pair means anything)
@@ -1507,6 +1524,11 @@ def _diagnose(layer: _Layer, calls: list[_Call], bad: list[int]) -> str:
         for label, fn in _suspects(layer)
         if all(float(layer.errors(c, fn=fn).max()) <= 1.0 for c in calls)
     ]
+    kept = _kept_growth_words(layer, calls)
+    if kept:
+        matched.insert(0, kept)
+    if not matched:
+        matched = _looser_match(layer, calls)
     cap = None
     if matched:
         also = f" (and, within {layer.dtype}'s precision, {'; '.join(matched[1:])})" if matched[1:] else ""
@@ -1532,6 +1554,39 @@ def _diagnose(layer: _Layer, calls: list[_Call], bad: list[int]) -> str:
     words += [base] if base else _frequency_words(layer, freqs)
     words += tail
     return "; ".join(words) if words else "wrong values (no known mistake matches)"
+
+
+def _kept_growth_words(layer: _Layer, calls: list[_Call]) -> str:
+    """Where the engine's numbers are those of transformers' stateful dynamic NTK over the calls
+    in the order they ran: a call keeps the frequencies grown for the longest call before it while
+    it has at least ``L`` tokens, and resets only below ``L``."""
+    cfg, sc = layer.cfg, layer.cfg.scaling
+    if not isinstance(sc, DynamicNTK) or not any(c.switch for c in calls):
+        return ""
+    big_l, cached, d = int(sc.max_position_embeddings), int(sc.max_position_embeddings), cfg.freq_dim
+    longest = 0
+    for c in calls:
+        if c.out is None:
+            continue
+        n = int(np.max(c.pos)) + 1
+        if n > cached:
+            cached = n
+        if n < big_l and cached > big_l:
+            cached = big_l
+        if cached > n:
+            longest = max(longest, cached)
+        grown = cfg.base * (sc.factor * cached / big_l - (sc.factor - 1.0)) ** (d / (d - 2))
+        fn = _at(_with(cfg, layer.rope, base=grown if cached > big_l else cfg.base, scaling=None), layer.af)
+        if float(layer.errors(c, fn=fn).max()) > 1.0:
+            return ""
+    if not longest:
+        return ""
+    return (
+        f"transformers' stateful dynamic NTK: a call keeps the frequencies grown for the longest call "
+        f"before it (here {longest} tokens) while it has at least max_position_embeddings {big_l} "
+        f"tokens, and resets only below {big_l} (a fresh module, and the config's rotation, use each "
+        f"call's own length)"
+    )
 
 
 def _nonfinite_words(layer: _Layer, calls: list[_Call]) -> list[str]:
@@ -1575,6 +1630,35 @@ def _angle_kind_words(layer: _Layer, calls: list[_Call]) -> str:
     finally:
         layer.angle_rel, layer.angle_coef = saved
     return ""
+
+
+def _looser_match(layer: _Layer, calls: list[_Call]) -> list[str]:
+    """A known mistake the engine's numbers match only within a looser angle kind than it
+    declares (its own rounding beyond the declared kind's, on top of the mistake): said so."""
+    declared = str(getattr(layer.eng, "angles", "float32"))
+    if declared not in _KINDS:
+        return []
+    saved = layer.angle_rel, layer.angle_coef
+    try:
+        for kind in _KINDS[_KINDS.index(declared) + 1 :]:
+            layer.angle_rel, layer.angle_coef = angle_error(kind, layer.cfg.host_inv_freq(), layer.dtype)
+            found = [
+                label
+                for label, fn, at in _positional_suspects(layer, calls)
+                if all(float(layer.errors(c, fn=fn, at=at).max()) <= 1.0 for c in calls)
+            ] + [
+                label
+                for label, fn in _suspects(layer)
+                if all(float(layer.errors(c, fn=fn).max()) <= 1.0 for c in calls)
+            ]
+            if found:
+                return [
+                    f"{found[0]}, within the allowance of angles={kind!r} (its angles carry more "
+                    f"rounding than the declared {declared!r} allows)"
+                ]
+    finally:
+        layer.angle_rel, layer.angle_coef = saved
+    return []
 
 
 def _pass_through_words(layer: _Layer, calls: list[_Call]) -> str:
