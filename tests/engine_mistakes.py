@@ -557,3 +557,15 @@ class StatefulDynamic(Rotary):
             else c.base
         )
         return self.apply(_replaced(rope, base=base, scaling=None), q, k, pos)
+
+
+class MRopeRoundRobin(Rotary):
+    """Qwen2-VL's consecutive M-RoPE sections laid out round robin (Qwen3-VL's layout, as
+    transformers' ``apply_interleaved_mrope`` assigns rows for any sections): MaxText's M-RoPE."""
+
+    def rope(self, config, layer_type):  # type: ignore[no-untyped-def]
+        r = super().rope(config, layer_type)
+        c, nr, n = r.rope.config, len(r.sections), sum(r.sections)
+        rr = [next((j for j in range(1, nr) if i % nr == j and i < nr * r.sections[j]), 0) for i in range(n)]
+        counts = tuple(rr.count(j) for j in range(nr))
+        return rotary.MRoPE(c.head_dim, counts, rows=rr, base=c.base, layout=c.layout, angles=self.angles)

@@ -160,6 +160,13 @@ MISTAKES = [
         r"in a call of 4096 tokens .* and in a call of 4097 tokens .*right in every other call checked$",
     ),
     (
+        "M-RoPE sections round robin",
+        lambda: M.MRopeRoundRobin(),
+        "mrope",
+        "rotation",
+        r"M-RoPE sections laid out interleaved \(Qwen3-VL\)",
+    ),
+    (
         "a table sized by the token count",
         lambda: M.TokenCountTable(compute="dtype"),
         "default",

@@ -1430,6 +1430,26 @@ def _suspects(layer: _Layer) -> list[tuple[str, Callable[[np.ndarray, np.ndarray
                 )
             except ValueError:  # (sections that cannot be laid out round robin)
                 alt = None
+            if alt is None and not rope.interleaved:
+                # (Qwen3-VL's round robin as transformers lays it out for any sections: frequency
+                # i to row j where i mod 3 == j and i < 3 sections[j], else the temporal row)
+                nr, n = len(rope.sections), sum(rope.sections)
+                rr = [
+                    next((j for j in range(1, nr) if i % nr == j and i < nr * rope.sections[j]), 0)
+                    for i in range(n)
+                ]
+                try:
+                    alt = MRoPE(
+                        cfg.head_dim,
+                        tuple(rr.count(j) for j in range(nr)),
+                        rows=rr,
+                        base=cfg.base,
+                        layout=cfg.layout,
+                        rotary_dim=cfg.rotary_dim,
+                        scaling=cfg.scaling,
+                    )
+                except ValueError:
+                    alt = None
         if alt is not None:
             kind = "consecutive" if rope.interleaved else "interleaved (Qwen3-VL)"
             out.append((f"M-RoPE sections laid out {kind}", _at(alt, af)))
