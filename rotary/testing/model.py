@@ -960,6 +960,7 @@ def _query_scale(eng: Any, model: hf.ModelRope, index: int, row: Any, code: froz
 
 
 def _positions(layer: _Layer, calls: list[_Call], context: int, row: Any) -> ModelCheck:
+    calls = [c for c in calls if not c.switch]  # (each position is probed alone by the spread)
     refused = sorted(
         ((int(p), c) for c in calls if c.out is None for p in np.atleast_1d(_scalar_pos(c))),
         key=lambda t: t[0],
@@ -1558,14 +1559,30 @@ def _diagnose(layer: _Layer, calls: list[_Call], bad: list[int]) -> str:
         if clamp:
             words.append(clamp)
         table = int(getattr(layer.eng, "max_position", None) or 0)
+        outside = (
+            "wrong past it, where it reads outside its table (neither clamped nor wrapped: refuse "
+            "positions past it, or size the table by the context)"
+        )
         if not clamp and table and bad and min(bad) >= table:
             # (right at every position checked below the engine's own table, wrong past it)
             cap = table
             words.append(
                 f"right at every position checked below the engine's table of {table} rows (its "
-                f"max_position) and wrong past it, where its numbers are neither clamped nor wrapped: "
-                f"it reads outside its table (refuse positions past it, or size the table by the context)"
+                f"max_position), {outside}"
             )
+        elif not clamp and table and bad and max(bad) >= table:
+            # (a known mistake below the table, and reads past it)
+            below = [
+                label
+                for label, fn in _suspects(layer)
+                if all(_worst_below(layer, c, fn, table) <= 1.0 for c in calls)
+            ]
+            if below:
+                cap = table
+                words.append(
+                    f"below the engine's table of {table} rows (its max_position) its numbers match "
+                    f"{below[0]}; {outside}"
+                )
     passed = _pass_through_words(layer, calls)
     if passed:
         words.append(passed)
@@ -1650,6 +1667,14 @@ def _angle_kind_words(layer: _Layer, calls: list[_Call]) -> str:
     finally:
         layer.angle_rel, layer.angle_coef = saved
     return ""
+
+
+def _worst_below(layer: _Layer, c: _Call, fn: Any, limit: int) -> float:
+    """The worst error of call ``c`` against ``fn`` over its tokens at positions below ``limit``."""
+    if c.out is None:
+        return 0.0
+    e = layer.errors(c, fn=fn)[np.asarray(_scalar_pos(c)) < limit]
+    return float(e.max()) if e.size else 0.0
 
 
 def _looser_match(layer: _Layer, calls: list[_Call]) -> list[str]:
