@@ -1752,7 +1752,8 @@ def _pairing_words(layer: _Layer, calls: list[_Call]) -> str:
     words = []
     for t, o in enumerate(c.out):
         # (a feature the engine does not mix in stays exactly 0: any other value is a link)
-        mixed = (np.abs(o) > 0).any(axis=1).reshape(n, d, d).any(axis=0)  # [j, i]: j reaches i
+        # ([j, i]: feature j reaches output feature i)
+        mixed = np.asarray((np.abs(o) > 0).any(axis=1).reshape(n, d, d).any(axis=0), dtype=bool)
         np.fill_diagonal(mixed, False)
         words.append(_pairing_of(layer, calls, mixed, truth, t))
     if words[0] == words[1]:
