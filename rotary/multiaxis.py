@@ -210,12 +210,20 @@ def mrope_rows(sections: Any, *, interleaved: bool = False) -> np.ndarray:
     )
 
 
+def _round_robin(sections: tuple[int, ...]) -> list[int]:
+    """Qwen3-VL's rows as transformers lays them out for any sections: frequency ``i`` to row
+    ``j = i % len(sections)`` when ``j > 0`` and ``i < len(sections) * sections[j]``, else row 0
+    (the rows' counts need not be ``sections``)."""
+    nr, n = len(sections), sum(sections)
+    return [next((j for j in range(1, nr) if i % nr == j and i < nr * sections[j]), 0) for i in range(n)]
+
+
 def _rows(sections: tuple[int, ...], interleaved: bool) -> list[int]:
     # Plain Python (no NumPy), so constructing an MRoPE inside a trace stays traceable.
-    nr, n = len(sections), sum(sections)
+    nr = len(sections)
     if not interleaved:
         return [j for j, s in enumerate(sections) for _ in range(s)]
-    rows = [next((j for j in range(1, nr) if i % nr == j and i < nr * sections[j]), 0) for i in range(n)]
+    rows = _round_robin(sections)
     counts = tuple(rows.count(j) for j in range(nr))
     if counts != sections:
         raise ValueError(

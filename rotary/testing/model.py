@@ -106,6 +106,7 @@ cos and sin are scaled by 1.0000 where the config implies 1.2773 ...
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import itertools
@@ -122,7 +123,7 @@ from .. import hf
 from .._config import RopeConfig
 from .._hfconfig import _as_dict
 from .._rope import RoPE
-from ..multiaxis import MRoPE
+from ..multiaxis import MRoPE, _round_robin
 from ..scaling import Default, DynamicNTK, Factors, Frequencies, Llama3, LongRoPE, YaRN
 from .asserts import eps
 from .engine import (
@@ -1419,38 +1420,19 @@ def _suspects(layer: _Layer) -> list[tuple[str, Callable[[np.ndarray, np.ndarray
     if isinstance(rope, MRoPE):
         alt = None
         if not rope._custom_rows:
-            try:
-                alt = MRoPE(
-                    cfg.head_dim,
-                    rope.sections,
-                    interleaved=not rope.interleaved,
-                    base=cfg.base,
-                    layout=cfg.layout,
-                    rotary_dim=cfg.rotary_dim,
-                    scaling=cfg.scaling,
-                )
-            except ValueError:  # (sections that cannot be laid out round robin)
-                alt = None
-            if alt is None and not rope.interleaved:
-                # (Qwen3-VL's round robin as transformers lays it out for any sections: frequency
-                # i to row j where i mod 3 == j and i < 3 sections[j], else the temporal row)
-                nr, n = len(rope.sections), sum(rope.sections)
-                rr = [
-                    next((j for j in range(1, nr) if i % nr == j and i < nr * rope.sections[j]), 0)
-                    for i in range(n)
-                ]
-                try:
-                    alt = MRoPE(
-                        cfg.head_dim,
-                        tuple(rr.count(j) for j in range(nr)),
-                        rows=rr,
-                        base=cfg.base,
-                        layout=cfg.layout,
-                        rotary_dim=cfg.rotary_dim,
-                        scaling=cfg.scaling,
-                    )
-                except ValueError:
-                    alt = None
+            # (the other layout: consecutive sections, or Qwen3-VL's round robin as transformers
+            # lays it out for any sections, whose rows' counts need not be the sections)
+            rows = list(_round_robin(rope.sections)) if not rope.interleaved else None
+            sections = tuple(rows.count(j) for j in range(len(rope.sections))) if rows else rope.sections
+            alt = MRoPE(
+                cfg.head_dim,
+                sections,
+                rows=rows,
+                base=cfg.base,
+                layout=cfg.layout,
+                rotary_dim=cfg.rotary_dim,
+                scaling=cfg.scaling,
+            )
         if alt is not None:
             kind = "consecutive" if rope.interleaved else "interleaved (Qwen3-VL)"
             out.append((f"M-RoPE sections laid out {kind}", _at(alt, af)))
@@ -1649,23 +1631,34 @@ def _nonfinite(c: _Call) -> np.ndarray:
 _KINDS = ("exact", "float64", "float32", "float32_recurrence")
 
 
+def _looser_kinds(layer: _Layer) -> tuple[str, ...]:
+    """The angle kind the engine declares, then each looser one (none past an unknown kind)."""
+    declared = str(getattr(layer.eng, "angles", "float32"))
+    return (declared, *_KINDS[_KINDS.index(declared) + 1 :]) if declared in _KINDS else (declared,)
+
+
+@contextlib.contextmanager
+def _allowance(layer: _Layer, kind: str) -> Iterator[None]:
+    """The layer's angle allowance set to ``kind``'s, restored after."""
+    saved = layer.angle_rel, layer.angle_coef
+    layer.angle_rel, layer.angle_coef = angle_error(kind, layer.cfg.host_inv_freq(), layer.dtype)
+    try:
+        yield
+    finally:
+        layer.angle_rel, layer.angle_coef = saved
+
+
 def _angle_kind_words(layer: _Layer, calls: list[_Call]) -> str:
     """Where the engine is right within a looser angle kind than it declares: what to declare."""
-    declared = str(getattr(layer.eng, "angles", "float32"))
-    if declared not in _KINDS:
-        return ""
-    saved = layer.angle_rel, layer.angle_coef
-    try:
-        for kind in _KINDS[_KINDS.index(declared) + 1 :]:
-            layer.angle_rel, layer.angle_coef = angle_error(kind, layer.cfg.host_inv_freq(), layer.dtype)
+    declared, *looser = _looser_kinds(layer)
+    for kind in looser:
+        with _allowance(layer, kind):
             if all(float(layer.errors(c).max()) <= 1.0 for c in calls):
                 return (
                     f"the engine declares angles={declared!r} but its numbers are right within the "
                     f"allowance of angles={kind!r} ({ANGLE_KINDS[kind].split(':')[0]}): declare "
                     f"angles = {kind!r} if that is how it forms its angles"
                 )
-    finally:
-        layer.angle_rel, layer.angle_coef = saved
     return ""
 
 
@@ -1680,13 +1673,9 @@ def _worst_below(layer: _Layer, c: _Call, fn: Any, limit: int) -> float:
 def _looser_match(layer: _Layer, calls: list[_Call]) -> list[str]:
     """A known mistake the engine's numbers match only within a looser angle kind than it
     declares (its own rounding beyond the declared kind's, on top of the mistake): said so."""
-    declared = str(getattr(layer.eng, "angles", "float32"))
-    if declared not in _KINDS:
-        return []
-    saved = layer.angle_rel, layer.angle_coef
-    try:
-        for kind in _KINDS[_KINDS.index(declared) + 1 :]:
-            layer.angle_rel, layer.angle_coef = angle_error(kind, layer.cfg.host_inv_freq(), layer.dtype)
+    declared, *looser = _looser_kinds(layer)
+    for kind in looser:
+        with _allowance(layer, kind):
             found = [
                 label
                 for label, fn, at in _positional_suspects(layer, calls)
@@ -1696,13 +1685,11 @@ def _looser_match(layer: _Layer, calls: list[_Call]) -> list[str]:
                 for label, fn in _suspects(layer)
                 if all(float(layer.errors(c, fn=fn).max()) <= 1.0 for c in calls)
             ]
-            if found:
-                return [
-                    f"{found[0]}, within the allowance of angles={kind!r} (its angles carry more "
-                    f"rounding than the declared {declared!r} allows)"
-                ]
-    finally:
-        layer.angle_rel, layer.angle_coef = saved
+        if found:
+            return [
+                f"{found[0]}, within the allowance of angles={kind!r} (its angles carry more "
+                f"rounding than the declared {declared!r} allows)"
+            ]
     return []
 
 
