@@ -49,7 +49,7 @@ from ._lib import _validation as chk
 from ._lib._cache import MISSING, fast_paths_enabled, memo_add, memo_get
 from ._lib._compat import array_namespace, entry, is_array, library_name, namespace_of, not_an_array
 from ._lib._typing import Array, Device, DType, FeatureMapName, Namespace, RotaryEmbedding, Similarity
-from ._math import _documents, _linear
+from ._math import _documents, _linear, _recurrence
 from ._math._groups import merge_heads, split_heads
 from ._packing import Docs, documents, implied_positions, unnest
 from ._rope import Rotary, default_rope, eager_positions
@@ -88,6 +88,7 @@ class LinearAttentionState(NamedTuple):
     z: Array | None
     offset: Any = 0
     log_decay: Any = None
+    transition: Any = None
 
     def __add__(self, other: Any) -> LinearAttentionState:
         if not isinstance(other, LinearAttentionState):
@@ -96,14 +97,25 @@ class LinearAttentionState(NamedTuple):
             other = LinearAttentionState(*other)
         _check_compatible(self, other)
         S, z = self.S, self.z
+        xp = array_namespace(S)
+        if other.transition is not None:  # (a rank-one family: the later block's whole map)
+            M = _transition_of(other, "the later state")
+            S = xp.matmul(M, S)
+            return LinearAttentionState(
+                S + other.S, None, self.offset + other.offset, None, _then(self, M, xp)
+            )
         if other.log_decay is not None:
-            xp = array_namespace(S)
             keep = xp.exp(other.log_decay)
-            S = S * keep[..., None, None]
-            z = None if z is None else z * keep[..., None]
+            per_feature = keep.ndim == S.ndim - 1
+            S = S * (keep[..., :, None] if per_feature else keep[..., None, None])
+            z = None if z is None else z * (keep if per_feature else keep[..., None])
         ld = _add_log_decay(self.log_decay, other.log_decay)
+        tr = None
+        if self.transition is not None:  # (a rank-one block, then a decay-only one)
+            tr = _then(self, _decay_matrix(other.log_decay, S, xp), xp)
+            ld = None
         return LinearAttentionState(
-            S + other.S, None if z is None else z + other.z, self.offset + other.offset, ld
+            S + other.S, None if z is None else z + other.z, self.offset + other.offset, ld, tr
         )
 
     def __radd__(self, other: Any) -> LinearAttentionState:
@@ -114,6 +126,51 @@ class LinearAttentionState(NamedTuple):
     def zeros_like(self) -> LinearAttentionState:
         """The identity of ``+``: zero sums, offset 0, no decay."""
         return LinearAttentionState(self.S * 0, None if self.z is None else self.z * 0, 0)
+
+
+class _NotComputed:
+    """The transition of a rank-one family's state returned by :func:`linear_attention`: not
+    computed (it costs a second state pass); such a state continues a call (``state=``) and
+    combines as the earlier block, not as the later one."""
+
+    def __repr__(self) -> str:
+        return "<transition not computed: continue with state=; combine states of linear_attention_state>"
+
+
+#: The transition of a state that does not know its own (see :class:`_NotComputed`).
+NOT_COMPUTED = _NotComputed()
+
+
+def _transition_of(st: LinearAttentionState, what: str) -> Array:
+    if st.transition is NOT_COMPUTED or isinstance(st.transition, _NotComputed):
+        raise ValueError(
+            f"{what} comes from linear_attention(..., return_state=True) with beta= or a=/b=, which does "
+            "not compute its block's transition (the map of the delta rule's state): it combines only "
+            "as the earlier state. Build block states with rotary.linear_attention_state(..., beta=...) to "
+            "combine them"
+        )
+    if not is_array(st.transition):
+        raise TypeError(f"state.transition must be an array (..., F, F), got {type(st.transition).__name__}")
+    return st.transition
+
+
+def _decay_matrix(ld: Any, S: Array, xp: Namespace) -> Array:
+    """``(..., F, F)``: the map of a decay-only block (``ld`` per head or per feature, or ``None``)."""
+    F = S.shape[-2]
+    eye = xp.eye(F, dtype=S.dtype, device=getattr(S, "device", None))
+    if ld is None:
+        return eye
+    keep = xp.exp(ld)
+    return eye * (keep[..., :, None] if keep.ndim == S.ndim - 1 else keep[..., None, None])
+
+
+def _then(earlier: LinearAttentionState, M: Array, xp: Namespace) -> Any:
+    """The transition of ``earlier`` followed by a block of map ``M``."""
+    if earlier.transition is None:
+        return xp.matmul(M, _decay_matrix(earlier.log_decay, earlier.S, xp))
+    if isinstance(earlier.transition, _NotComputed):
+        return NOT_COMPUTED
+    return xp.matmul(M, earlier.transition)
 
 
 def _add_log_decay(a: Any, b: Any) -> Any:
@@ -255,12 +312,37 @@ def _as_array(x: Any, name: str, xp: Namespace, be: Backend, like: Array) -> tup
     return be.to_device(host, be.compute_dtype(like.dtype), be.creation_device(like)), host
 
 
+def _per_feature(log_gate: Any, k: Array) -> bool:
+    """A log-gate per token and key feature: as many axes as ``k`` (one per token has one fewer)."""
+    if log_gate is None:
+        return False
+    nd = log_gate.ndim if is_array(log_gate) else _host_ndim(log_gate)
+    return bool(nd == k.ndim)
+
+
+def _host_ndim(x: Any) -> int:
+    import numpy as np
+
+    try:
+        return int(np.ndim(x))
+    except (TypeError, ValueError):
+        return -1
+
+
 def _gates(
-    decay: Any, log_gate: Any, k: Array, kv_lead: tuple[Any, ...], cdt: DType, be: Backend
+    decay: Any,
+    log_gate: Any,
+    k: Array,
+    kv_lead: tuple[Any, ...],
+    cdt: DType,
+    be: Backend,
+    F: Any = None,
 ) -> Array | None:
-    """The log-gate of every key ``(..., N)`` (or ``(..., 1)`` for a decay per head alone), in the
+    """The log-gate of every key ``(..., N)`` (or ``(..., 1)`` for a decay per head alone), or of
+    every key and feature ``(..., N, F)`` (a ``log_gate`` with as many axes as ``k``), in the
     compute dtype: ``log(decay) + log_gate``; values checked where they can be read."""
     xp = be.xp
+    pf = _per_feature(log_gate, k)
     g = None
     if decay is not None:
         d, host = _as_array(decay, "decay", xp, be, k)
@@ -273,10 +355,17 @@ def _gates(
             bad = host[~((host > 0) & (host <= 1))].ravel()[0]
             raise ValueError(f"decay must lie in (0, 1] (a factor per step), got {float(bad)!r}")
         d = d if d.dtype == cdt else xp.astype(d, cdt)
-        g = xp.log(d)[..., None]
+        g = xp.log(d)[..., None, None] if pf else xp.log(d)[..., None]
     if log_gate is not None:
         lg, host = _as_array(log_gate, "log_gate", xp, be, k)
-        if not chk.broadcasts_to(tuple(lg.shape), tuple(k.shape[:-1])):
+        if pf:
+            want = (*k.shape[:-1], k.shape[-1] if F is None else F)
+            if not chk.broadcasts_to(tuple(lg.shape), want):
+                raise ValueError(
+                    f"log_gate of shape {tuple(lg.shape)} (a gate per token and key feature: as many axes "
+                    f"as k) does not broadcast to {want} (k.shape[:-1] and the feature width F)"
+                )
+        elif not chk.broadcasts_to(tuple(lg.shape), tuple(k.shape[:-1])):
             raise ValueError(
                 f"log_gate of shape {tuple(lg.shape)} does not broadcast to k.shape[:-1] = "
                 f"{tuple(k.shape[:-1])} (one gate per key; per query head under grouped-query "
@@ -309,6 +398,7 @@ class _Call(NamedTuple):
     groups: int
     nonneg: bool
     sized: bool = True  # sizes are plain ints (not symbolic ones that look like ints)
+    fam: _recurrence.Family | None = None  # the recurrent families' engine (None: the additive one)
 
 
 def _n_docs(cu: Any) -> int:
@@ -318,10 +408,10 @@ def _n_docs(cu: Any) -> int:
 def _state_arrays(
     state: Any, xp: Namespace, want_S: tuple[Any, ...], want_z: tuple[Any, ...] | None, per_doc: bool = False
 ) -> tuple[Array, Array | None, Any, Any]:
-    if not isinstance(state, tuple) or len(state) not in (3, 4):
+    if not isinstance(state, tuple) or len(state) not in (3, 4, 5):
         raise TypeError(f"state must be a LinearAttentionState(S, z, offset), got {type(state).__name__}")
     S, z, offset = state[:3]
-    log_decay = state[3] if len(state) == 4 else None
+    log_decay = state[3] if len(state) >= 4 else None
     if want_z is None and z is not None:
         raise ValueError(
             "state has a denominator sum z, but normalize=False keeps none: use a state of "
@@ -376,19 +466,24 @@ def _check_offset(offset: Any, per_doc: bool = False) -> None:
         )
 
 
-def _check_nonnegative(be: Backend, arrays: list[tuple[str, Array | None]]) -> None:
-    """A callable feature map must give non-negative features for ``similarity="dot"``
-    (checked where values are concrete; documented as unchecked under tracing)."""
-    for name, f in arrays:
-        host = None if f is None else be.readable_values(f)
-        if host is None:
-            continue
-        lo = host.min() if host.size else 0
-        if lo < 0:
+@dataclasses.dataclass(frozen=True)
+class _Denominators:
+    """A feature map not known to be non-negative is judged by its kernel: its denominators must
+    not be negative (checked where their values can be read; unchecked under tracing)."""
+
+    be: Backend
+
+    def __call__(self, den: Array) -> None:
+        host = self.be.readable_values(den)
+        if host is None or not host.size:
+            return
+        lo = float(host.min())
+        if lo < 0 or lo != lo:
             raise ValueError(
-                f"feature_map gave negative features ({name} has {float(lo):.3g}); with similarity='dot' "
-                "the denominator must stay positive: use a non-negative map, similarity='cosine' or "
-                "normalize=False"
+                f"feature_map's kernel gave a {'NaN' if lo != lo else 'negative'} denominator "
+                f"({lo:.3g}); with similarity='dot' the denominators sum_j phi(q_i) . phi(k_j) must stay "
+                "positive (features of either sign are fine where their kernel is positive, as Based's "
+                "Taylor map): use a map with a positive kernel, similarity='cosine' or normalize=False"
             )
 
 
@@ -411,16 +506,27 @@ def _namespace(*q: Any, k: Any, v_: Any) -> Namespace:
 
 
 def _plan(
-    feature_map: Any, similarity: Any, eps: Any, normalize: Any, k: Array, sdt: DType, be: Backend
+    feature_map: Any,
+    similarity: Any,
+    eps: Any,
+    normalize: Any,
+    k: Array,
+    sdt: DType,
+    be: Backend,
+    qk_l2norm: Any = False,
+    scale: Any = None,
 ) -> tuple[_linear.Plan, bool]:
     similarity = chk.check_choice(similarity, "similarity", _SIMILARITIES)
     normalize = chk.check_bool(normalize, "normalize")
     eps = chk.check_float(eps, "eps", minimum=0.0)
+    l2 = chk.check_bool(qk_l2norm, "qk_l2norm")
+    sc = 1.0 if scale is None else chk.check_float(scale, "scale", above=0.0)
     phi, nonneg = _phi(feature_map, similarity, normalize)
     cdt = be.compute_dtype(k.dtype)
     if sdt is not None and chk.dtype_name(sdt) == "float64" and hasattr(be.xp, "float64"):
         cdt = be.xp.float64
-    return _linear.Plan(phi, similarity == "cosine", eps, cdt, normalize), nonneg
+    check = None if nonneg or similarity == "cosine" or not normalize else _Denominators(be)
+    return _linear.Plan(phi, similarity == "cosine", eps, cdt, normalize, l2, sc, check), nonneg
 
 
 def _width(plan: _linear.Plan, k: Array, xp: Namespace) -> int:
@@ -455,8 +561,6 @@ class _Parts:
         """``(b, e, v)`` of a part of the keys (``kp``: their positions, ``None`` unrotated)."""
         plan, r, xp = self.call.plan, self.call.rope, self.be.xp
         e = _linear.features(k, plan, xp)
-        if not self.call.nonneg and not plan.cosine and plan.normalize:
-            _check_nonnegative(self.be, [("phi(k)", e)])
         b = e if r is None else self._rotate(e, kp, self.krng)
         return self._keys_done(b, e, v, mask)
 
@@ -477,8 +581,6 @@ class _Parts:
         """``(a, c)`` of a part of the queries."""
         plan, r, xp = self.call.plan, self.call.rope, self.be.xp
         c = _linear.query_features(q, plan, xp)
-        if not self.call.nonneg and not plan.cosine and plan.normalize:
-            _check_nonnegative(self.be, [("phi(q)", c)])
         a = c if r is None else self._rotate(c, p, self.rng)
         return self._queries_done(a, c)
 
@@ -500,8 +602,6 @@ class _Parts:
             return a, c, b, e, vc
         c = _linear.query_features(q, plan, xp)
         e = _linear.features(k, plan, xp)
-        if not self.call.nonneg and not plan.cosine and plan.normalize:
-            _check_nonnegative(self.be, [("phi(k)", e), ("phi(q)", c)])
         if isinstance(r, Rotary) and not self.be.lazy:
             a, b = r._rotate_both(self.be, c, e, p, self.rng, self.dev)
         else:  # (a lazy library rotates block by block: RoPE's own public path)
@@ -567,6 +667,12 @@ def linear_attention_state(
     normalize: bool = True,
     cu_seqlens: Any = None,
     segment_ids: Any = None,
+    beta: Any = None,
+    u: Any = None,
+    a: Any = None,
+    b: Any = None,
+    qk_l2norm: bool = False,
+    scale: float | None = None,
 ) -> LinearAttentionState:
     """The :class:`LinearAttentionState` of a block of keys and values.
 
@@ -587,7 +693,27 @@ def linear_attention_state(
     """
     xp = _namespace(k=k, v_=v)
     be = backend_for(xp)
-    statics: tuple[Any, ...] = (rope, feature_map, similarity, normalize)
+    extras = _Extras(beta, u, a, b)
+    if _family(extras, log_gate, k, True, chk.check_bool(normalize, "normalize"), similarity) is not None:
+        return _state_recurrent(
+            be,
+            k,
+            v,
+            pos,
+            rope,
+            feature_map,
+            similarity,
+            key_mask,
+            decay,
+            log_gate,
+            normalize,
+            cu_seqlens,
+            segment_ids,
+            extras,
+            qk_l2norm,
+            scale,
+        )
+    statics: tuple[Any, ...] = (rope, feature_map, similarity, normalize, qk_l2norm)
     if cu_seqlens is not None or segment_ids is not None:
         # (the documents' own path: a state per document, or each row's last one)
         out_docs = _state_of_documents(
@@ -604,6 +730,7 @@ def linear_attention_state(
             normalize,
             cu_seqlens,
             segment_ids,
+            qk_l2norm,
         )
         return out_docs
     if be.jit_eagerly() and _jittable(statics):
@@ -612,7 +739,7 @@ def linear_attention_state(
         dec, lg = _eager_gates(be, decay, log_gate, k)
         S, z, ld = be.jit(_state_jit, (0,))(statics, k, v, p, key_mask, dec, lg)
         return LinearAttentionState(S, z, k.shape[-2], ld)
-    plan, nonneg = _plan(feature_map, similarity, 0.0, normalize, k, None, be)
+    plan, nonneg = _plan(feature_map, similarity, 0.0, normalize, k, None, be, qk_l2norm)
     kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
     F = _width(plan, k, xp)
     _check_even(pos, rope, F)
@@ -659,6 +786,7 @@ def _state_of_documents(
     normalize: Any,
     cu_seqlens: Any,
     segment_ids: Any,
+    qk_l2norm: Any = False,
 ) -> LinearAttentionState:
     """:func:`linear_attention_state` of packed documents: the keys as queries of a causal call
     that computes no output worth keeping would cost a pass of queries; instead the documents'
@@ -686,6 +814,8 @@ def _state_of_documents(
         log_gate,
         cu_seqlens,
         segment_ids,
+        None,
+        qk_l2norm,
     )
     call, kv_lead, F, _ = checked
     plan = call.plan
@@ -764,8 +894,9 @@ def _state(
         S = xp.broadcast_to(S, (*kv_lead, *S.shape[-2:]))
     if z is not None and not _same(tuple(z.shape[:-1]), kv_lead):
         z = xp.broadcast_to(z, (*kv_lead, z.shape[-1]))
-    if ld is not None and not _same(tuple(ld.shape), kv_lead):
-        ld = xp.asarray(xp.broadcast_to(ld, kv_lead), copy=True)  # (the caller's own, writeable)
+    ld_lead = kv_lead if ld is None or ld.ndim < S.ndim - 1 else (*kv_lead, S.shape[-2])  # (per feature)
+    if ld is not None and not _same(tuple(ld.shape), ld_lead):
+        ld = xp.asarray(xp.broadcast_to(ld, ld_lead), copy=True)  # (the caller's own, writeable)
     return LinearAttentionState(S, z, offset, ld)
 
 
@@ -798,6 +929,12 @@ def linear_attention(
     normalize: bool = True,
     cu_seqlens: Any = None,
     segment_ids: Any = None,
+    beta: Any = None,
+    u: Any = None,
+    a: Any = None,
+    b: Any = None,
+    qk_l2norm: bool = False,
+    scale: float | None = None,
 ) -> Array: ...
 
 
@@ -823,6 +960,12 @@ def linear_attention(
     normalize: bool = True,
     cu_seqlens: Any = None,
     segment_ids: Any = None,
+    beta: Any = None,
+    u: Any = None,
+    a: Any = None,
+    b: Any = None,
+    qk_l2norm: bool = False,
+    scale: float | None = None,
 ) -> tuple[Array, LinearAttentionState]: ...
 
 
@@ -848,6 +991,12 @@ def linear_attention(
     normalize: bool = True,
     cu_seqlens: Any = None,
     segment_ids: Any = None,
+    beta: Any = None,
+    u: Any = None,
+    a: Any = None,
+    b: Any = None,
+    qk_l2norm: bool = False,
+    scale: float | None = None,
 ) -> Array | tuple[Array, LinearAttentionState]: ...
 
 
@@ -873,6 +1022,12 @@ def linear_attention(
     normalize: bool = True,
     cu_seqlens: Any = None,
     segment_ids: Any = None,
+    beta: Any = None,
+    u: Any = None,
+    a: Any = None,
+    b: Any = None,
+    qk_l2norm: bool = False,
+    scale: float | None = None,
 ) -> Array | tuple[Array, LinearAttentionState]:
     """RoFormer linear attention with RoPE on the features (equation 19 of the paper), with the
     field's decay and gates.
@@ -999,9 +1154,26 @@ def linear_attention(
             log_gate=log_gate,
             normalize=normalize,
             cu_seqlens=nested.offsets,
+            beta=beta,
+            u=u,
+            a=a,
+            b=b,
+            qk_l2norm=qk_l2norm,
+            scale=scale,
         )
         return (nested.wrap(res[0]), res[1]) if isinstance(res, tuple) else nested.wrap(res)
-    statics: tuple[Any, ...] = (rope, causal, feature_map, similarity, eps, chunk_size, normalize)
+    extras = _Extras(beta, u, a, b)
+    statics: tuple[Any, ...] = (
+        rope,
+        causal,
+        feature_map,
+        similarity,
+        eps,
+        chunk_size,
+        normalize,
+        qk_l2norm,
+        scale,
+    )
     if be.jit_eagerly() and _jittable(statics):
         statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
         # JAX outside a trace: positions checked here, then the whole call as one compiled
@@ -1009,6 +1181,12 @@ def linear_attention(
         p = eager_positions(be, pos, "pos", q, "q")
         kp = eager_positions(be, k_pos, "k_pos", k, "k")
         dec, lg = _eager_gates(be, decay, log_gate, k)
+        exs = _Extras(
+            *(
+                None if x is None else _as_array(x, n, be.xp, be, k)[0]
+                for n, x in zip(_Extras._fields, extras, strict=True)
+            )
+        )
         if cu_seqlens is not None or segment_ids is not None:  # (values checked here, traced inside)
             d = documents(be, q.shape[-2], cu_seqlens, segment_ids, q)
             assert d is not None
@@ -1017,22 +1195,23 @@ def linear_attention(
         S0 = z0 = ld0 = None
         off0: Any = 0
         if state is not None:
-            if not isinstance(state, tuple) or len(state) not in (3, 4):
+            if not isinstance(state, tuple) or len(state) not in (3, 4, 5):
                 raise TypeError(
                     f"state must be a LinearAttentionState(S, z, offset), got {type(state).__name__}"
                 )
             S0, z0, off0 = state[:3]
-            ld0 = state[3] if len(state) == 4 else None
+            ld0 = state[3] if len(state) >= 4 else None
             _check_offset(off0, cu_seqlens is not None)
         _namespace(q, k=k, v_=v)
         per_doc_off = off0 if is_array(off0) and off0.ndim == 1 else None
         out, S, z, ld, off = be.jit(_linear_jit, (0,))(
-            statics, q, k, v, p, kp, key_mask, S0, z0, ld0, dec, lg, cu_seqlens, segment_ids, per_doc_off
+            statics, q, k, v, p, kp, key_mask, S0, z0, ld0, dec, lg, cu_seqlens, segment_ids, per_doc_off, exs
         )
         if not chk.check_bool(return_state, "return_state"):
             return out
-        return out, LinearAttentionState(S, z, off if off is not None else off0 + k.shape[-2], ld)
-    args, kinds = _sig_args(pos, k_pos, state, key_mask, decay, log_gate, cu_seqlens, segment_ids)
+        tr = NOT_COMPUTED if beta is not None or a is not None else None
+        return out, LinearAttentionState(S, z, off if off is not None else off0 + k.shape[-2], ld, tr)
+    args, kinds = _sig_args(pos, k_pos, state, key_mask, decay, log_gate, cu_seqlens, segment_ids, extras)
     sig = be.signature(q, k, v, *args)
     key = None if sig is None else ("linear_attention", statics, return_state, kinds, sig)
     checked = MISSING if key is None else memo_get(key)
@@ -1073,6 +1252,9 @@ def linear_attention(
             log_gate,
             cu_seqlens,
             segment_ids,
+            extras,
+            qk_l2norm,
+            scale,
         )
         if key is not None:
             memo_add(key, checked)
@@ -1091,6 +1273,7 @@ def linear_attention(
         return_state,
         cu_seqlens,
         segment_ids,
+        extras,
     )
 
 
@@ -1103,15 +1286,18 @@ def _sig_args(
     log_gate: Any,
     cu: Any = None,
     seg: Any = None,
+    extras: _Extras | None = None,
 ) -> tuple[list[Any], tuple[Any, ...]]:
     """The arrays whose types, shapes, dtypes and devices decide the checks, and the types of
     the other arguments (Python values: their values are checked on every call)."""
     args: list[Any] = []
     kinds: list[Any] = []
-    parts = [pos, k_pos, key_mask, decay, log_gate, seg]
+    parts = [pos, k_pos, key_mask, decay, log_gate, seg, *(NO_EXTRAS if extras is None else extras)]
+    if log_gate is not None and not is_array(log_gate):  # (its nesting decides the family)
+        kinds.append(("log_gate", _host_ndim(log_gate)))
     # (cu_seqlens: its length decides the state's shape; values are checked on every call)
     kinds.append(None if cu is None else ("cu", len(cu) if not is_array(cu) else tuple(cu.shape)))
-    if isinstance(state, tuple) and len(state) in (3, 4):
+    if isinstance(state, tuple) and len(state) in (3, 4, 5):
         parts += [state[0], state[1]]
         kinds.append(len(state))
     else:
@@ -1158,9 +1344,13 @@ def _check_call(
     log_gate: Any,
     cu_seqlens: Any = None,
     segment_ids: Any = None,
+    extras: _Extras | None = None,
+    qk_l2norm: Any = False,
+    scale: Any = None,
 ) -> _Checked:
     """Every check of :func:`linear_attention` that depends on the arguments' types, shapes,
     dtypes and devices only (values are checked on every call)."""
+    extras = NO_EXTRAS if extras is None else extras
     xp = be.xp
     causal = chk.check_bool(causal, "causal")
     n, m = q.shape[-2], k.shape[-2]
@@ -1174,9 +1364,16 @@ def _check_call(
     chk.check_bool(return_state, "return_state")
     kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
     _, groups = chk.query_groups(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
-    sdt = state[0].dtype if isinstance(state, tuple) and len(state) in (3, 4) and is_array(state[0]) else None
-    plan, nonneg = _plan(feature_map, similarity, eps, normalize, k, sdt, be)
+    sdt = (
+        state[0].dtype
+        if isinstance(state, tuple) and len(state) in (3, 4, 5) and is_array(state[0])
+        else None
+    )
+    plan, nonneg = _plan(feature_map, similarity, eps, normalize, k, sdt, be, qk_l2norm, scale)
     F = _width(plan, k, xp)
+    fam = _family(extras, log_gate, k, causal, plan.normalize, similarity)
+    if fam is not None:
+        _extra_arrays(extras, be, k, kv_lead, F, plan.cdt)  # (shapes checked once here)
     has_docs = cu_seqlens is not None or segment_ids is not None
     if has_docs and (k_pos is not None or n != m):
         raise ValueError(
@@ -1204,11 +1401,23 @@ def _check_call(
             lead = (*kv_lead, _n_docs(cu_seqlens))
         want_z = (*lead, Fs) if plan.normalize else None
         _state_arrays(state, xp, (*lead, Fs, v.shape[-1]), want_z, per_doc=cu_seqlens is not None)
+    if fam is not None and not isinstance(n, int):
+        raise ValueError(
+            "the recurrent families (beta=, u=, a=/b=, per-feature log_gate) need a known sequence "
+            "length (this library's axis has none)"
+        )
+    if fam is not None and state is not None and cu_seqlens is not None:
+        raise ValueError(
+            "a state per document (cu_seqlens= with state=) is served for additive updates with a gate "
+            "per token; with beta=, u=, a=/b= or a per-feature log_gate, continue each document with "
+            "its own call, or pass segment_ids= (state= continues each row's first document)"
+        )
     size, part = _sizes(chunk_size, n, be)
-    call = _Call(plan, r, causal, size, part, groups, nonneg, not be.sizes_symbolic())
+    call = _Call(plan, r, causal, size, part, groups, nonneg, not be.sizes_symbolic(), fam)
     decode = None
     if (
-        causal
+        fam is None
+        and causal
         and n == 1
         and state is not None
         and key_mask is None
@@ -1269,11 +1478,29 @@ def _run(
     return_state: bool,
     cu_seqlens: Any = None,
     segment_ids: Any = None,
+    extras: _Extras | None = None,
 ) -> Array | tuple[Array, LinearAttentionState]:
     """A checked call: positions, gates and documents read (their values checked), then the
     attention."""
     xp = be.xp
     call, kv_lead, F, _ = checked
+    if call.fam is not None:
+        return _run_recurrent(
+            checked,
+            be,
+            q,
+            k,
+            v,
+            pos,
+            state,
+            key_mask,
+            decay,
+            log_gate,
+            return_state,
+            cu_seqlens,
+            segment_ids,
+            extras,
+        )
     plan = call.plan
     m = k.shape[-2]
     dev = be.creation_device(k)
@@ -1287,7 +1514,7 @@ def _run(
     if state is not None:
         S0, z0, off0 = state[:3]
         _check_offset(off0, per_doc)
-        ld0 = state[3] if len(state) == 4 else None
+        ld0 = state[3] if len(state) >= 4 else None
         if S0.dtype != plan.cdt:
             S0 = xp.astype(S0, plan.cdt)
             z0 = None if z0 is None else xp.astype(z0, plan.cdt)
@@ -1323,14 +1550,18 @@ def _run(
     return out, _state(S, z, off0 + m, kv_lead, xp, _add_log_decay(ld0, ld))
 
 
-def _row_log_decay(runs: Array, g: Any, m: Any, xp: Namespace, cdt: DType) -> Array:
-    """The log-decay of a row's last document (its gates' total), ``-inf`` where the row holds a
-    boundary (the state of its last document combines with nothing before it)."""
+def _row_log_decay(runs: Array, g: Any, m: Any, xp: Namespace, cdt: DType, pf: bool = False) -> Array:
+    """The log-decay of a row's last document (its gates' total; per feature where ``pf``),
+    ``-inf`` where the row holds a boundary (the state of its last document combines with nothing
+    before it)."""
     crossed = runs[..., -1] != runs[..., 0]
     total = xp.zeros_like(xp.astype(crossed, cdt))
-    if g is not None:
+    last = xp.astype(runs == runs[..., -1:], cdt)
+    if g is not None and pf:
+        total = xp.sum(g * last[..., None], axis=-2) + total[..., None]
+        crossed = crossed[..., None]
+    elif g is not None:
         gt = _tokens(g, m, xp)
-        last = xp.astype(runs == runs[..., -1:], cdt)
         total = xp.sum(gt * last, axis=-1) + total
     return xp.where(crossed, xp.full_like(total, -math.inf), total)
 
@@ -1379,11 +1610,12 @@ def _doc_states(
     dv = v.shape[-1]
     Fs = F + 1 if plan.cosine else F
     lengths = docs.cu[1:] - docs.cu[:-1]
+    pf = call.fam is not None and call.fam.per_feature  # (gates per feature: (..., N, F))
     # the decay of each key to its document's end: the gates after it (a reverse running sum)
     after = None
     total = None
     if g is not None:
-        gt = _tokens(g, m, xp)
+        gt = xp.moveaxis(g, -1, -2) if pf else _tokens(g, m, xp)
         assert gt is not None
         shifted = xp.concat([gt[..., 1:], xp.zeros_like(gt[..., :1])], axis=-1)
         same_next = xp.concat([docs.runs[1:] == docs.runs[:-1], xp.zeros_like(docs.runs[:1], dtype=xp.bool)])
@@ -1391,17 +1623,23 @@ def _doc_states(
         after = xp.flip(
             _documents.segmented_cumsum(xp.flip(shifted, axis=-1), xp.flip(docs.runs, axis=-1), xp), axis=-1
         )
-        total = _doc_totals(be, gt, docs, n_docs)
+        if pf:
+            after = xp.moveaxis(after, -1, -2)
+            total = be.segment_add(
+                xp.zeros((*g.shape[:-2], n_docs, g.shape[-1]), dtype=g.dtype, device=dev), g, docs.runs
+            )
+        else:
+            total = _doc_totals(be, gt, docs, n_docs)
     accS = xp.zeros((*kv_lead, n_docs, Fs * dv), dtype=plan.cdt, device=dev)
     accz = xp.zeros((*kv_lead, n_docs, Fs), dtype=plan.cdt, device=dev) if plan.normalize else None
-    src = _linear.Source((k, v, kp, mask, docs.runs, after), (-2, -2, axis, -1, -1, -1))
+    src = _linear.Source((k, v, kp, mask, docs.runs, after), (-2, -2, axis, -1, -1, -2 if pf else -1))
     size = max(1, call.size)
 
     def body(acc: Any, s: _linear.Source) -> tuple[Any, None]:
         kb, vb, pb, mb, rb, ab = s.arrays
         b, e, vc = parts.keys(kb, vb, pb, mb)
         if ab is not None:
-            w = xp.exp(ab)[..., None]
+            w = xp.exp(ab) if pf else xp.exp(ab)[..., None]
             b = b * w
             e = None if e is None else e * w
         S, z = acc
@@ -1789,8 +2027,10 @@ def _linear_jit(
     cu_seqlens: Any,
     segment_ids: Any,
     offsets: Any,
+    extras: Any = None,
 ) -> tuple[Array, Array, Array, Any, Any]:
-    rope, causal, feature_map, similarity, eps, chunk_size, normalize, _ = statics
+    rope, causal, feature_map, similarity, eps, chunk_size, normalize, qk_l2norm, scale, _ = statics
+    ex = NO_EXTRAS if extras is None else extras
     state = None if S0 is None else LinearAttentionState(S0, z0, 0 if offsets is None else offsets, ld0)
     out, st = linear_attention(
         q,
@@ -1812,6 +2052,12 @@ def _linear_jit(
         normalize=normalize,
         cu_seqlens=cu_seqlens,
         segment_ids=segment_ids,
+        beta=ex.beta,
+        u=ex.u,
+        a=ex.a,
+        b=ex.b,
+        qk_l2norm=qk_l2norm,
+        scale=scale,
     )
     return out, st.S, st.z, st.log_decay, st.offset if cu_seqlens is not None else None
 
@@ -1819,7 +2065,7 @@ def _linear_jit(
 def _state_jit(
     statics: tuple[Any, ...], k: Array, v: Array, p: Any, mask: Any, decay: Any, log_gate: Any
 ) -> tuple[Array, Array, Any]:
-    rope, feature_map, similarity, normalize, _ = statics
+    rope, feature_map, similarity, normalize, qk_l2norm, _ = statics
     st = linear_attention_state(
         k,
         v,
@@ -1831,5 +2077,410 @@ def _state_jit(
         decay=decay,
         log_gate=log_gate,
         normalize=normalize,
+        qk_l2norm=qk_l2norm,
     )
     return st.S, st.z, st.log_decay
+
+
+# -- the recurrent families: per-feature gates, the delta rule, RWKV's bonus and transition ---------
+class _Extras(NamedTuple):
+    """The recurrent families' arguments as the caller passed them (``None``: absent)."""
+
+    beta: Any = None
+    u: Any = None
+    a: Any = None
+    b: Any = None
+
+
+NO_EXTRAS = _Extras()
+
+
+def _family(
+    ex: _Extras, log_gate: Any, k: Array, causal: bool, normalize: bool, similarity: Any
+) -> _recurrence.Family | None:
+    """The recurrence a call's arguments ask for (``None``: the additive engine's families), its
+    static refusals made (shapes are checked with the values, by :func:`_extra_arrays`)."""
+    pf = _per_feature(log_gate, k)
+    if (ex.a is None) != (ex.b is None):
+        raise ValueError("a= and b= come together: the transition's rank-one term a_t b_t^T (RWKV-7)")
+    if ex.beta is not None and ex.a is not None:
+        raise ValueError(
+            "pass beta= (the delta rule: a = -beta k, b = k) or a= and b= (a general rank-one term), not both"
+        )
+    rank: _recurrence.Rank = "delta" if ex.beta is not None else "dplr" if ex.a is not None else None
+    bonus = ex.u is not None
+    if not (pf or rank or bonus):
+        return None
+    what = (
+        "beta= (the delta rule)"
+        if rank == "delta"
+        else "a= and b= (RWKV-7's transition)"
+        if rank == "dplr"
+        else "u= (RWKV-6's bonus)"
+        if bonus
+        else "a log_gate per key feature"
+    )
+    if bonus and rank:
+        raise ValueError("u= (RWKV-6's bonus) is for additive updates: pass it without beta=, a= and b=")
+    if normalize or similarity != "dot":
+        raise ValueError(
+            f"{what} is one of the field's unnormalised recurrences (no denominator): pass "
+            "normalize=False (and similarity='dot')"
+        )
+    if not causal:
+        raise ValueError(
+            f"{what} defines a recurrence over the sequence: pass causal=True (non-causal attention "
+            "takes a gate per token only)"
+        )
+    return _recurrence.Family(pf, rank, bonus)
+
+
+def _extra_arrays(
+    ex: _Extras, be: Backend, k: Array, kv_lead: tuple[Any, ...], F: int, cdt: DType
+) -> _Extras:
+    """``beta``, ``u``, ``a``, ``b`` as arrays of ``k``'s library and device in the compute dtype,
+    their shapes checked (and ``beta``'s values where they can be read)."""
+    xp = be.xp
+    tokens = tuple(k.shape[:-1])
+    want = {
+        "beta": (tokens, "one per key: k.shape[:-1]"),
+        "u": ((*kv_lead, F), "one per key head and feature: (*k.shape[:-2], F)"),
+        "a": ((*tokens, F), "one vector per key: (*k.shape[:-1], F)"),
+        "b": ((*tokens, F), "one vector per key: (*k.shape[:-1], F)"),
+    }
+    out: dict[str, Any] = {}
+    for name in _Extras._fields:
+        x = getattr(ex, name)
+        if x is None:
+            out[name] = None
+            continue
+        arr, host = _as_array(x, name, xp, be, k)
+        shape, what = want[name]
+        if not chk.broadcasts_to(tuple(arr.shape), shape):
+            raise ValueError(f"{name} of shape {tuple(arr.shape)} does not broadcast to {shape} ({what})")
+        if host is not None and host.size and not bool(((host == host) & (abs(host) != float("inf"))).all()):
+            raise ValueError(
+                f"{name} must be finite, got a {'NaN' if (host != host).any() else 'infinite'} value"
+            )
+        out[name] = arr if arr.dtype == cdt else xp.astype(arr, cdt)
+    return _Extras(**out)
+
+
+def _recurrent(
+    call: _Call,
+    be: Backend,
+    dev: Device,
+    q: Array,
+    k: Array,
+    v: Array,
+    p: Any,
+    rng: Any,
+    mask: Any,
+    g: Any,
+    ex: _Extras,
+    init: Array | None,
+    docs: _DocCtx | None,
+    writes: bool = False,
+    track: bool = False,
+) -> tuple[Any, Any, Array | None]:
+    """Causal attention of a recurrent family, streamed part by part through the backend's scan
+    (each part a block of chunks of :func:`rotary._math._recurrence.chunked`): ``(out, carry,
+    written)``, ``written`` the values each token writes along its key (``writes``).  ``q``
+    ``None``: no outputs (a state); ``track``: the carry is ``(carry, M)``, ``M`` the block's
+    transition (the map of the state before it)."""
+    xp = be.xp
+    fam = call.fam
+    assert fam is not None
+    parts = _Parts(call, be, dev, rng, rng, mask)
+    r = call.rope
+    axis = r.seq_axis if isinstance(r, Rotary) else -1
+    n = k.shape[-2]
+    part = call.part if isinstance(r, Rotary) or p is None else max(call.part, n)
+    groups = call.groups
+    runs = None if docs is None else docs.runs
+    gax = -2 if fam.per_feature else -1
+    src = _linear.Source(
+        (q, k, v, p, mask, g, runs, ex.beta, ex.a, ex.b), (-2, -2, -2, axis, -1, gax, -1, -1, -2, -2)
+    )
+    u = None if ex.u is None else ex.u[..., None, :]
+    if u is not None and groups > 1:
+        u = xp.expand_dims(u, axis=-3)
+    carry0: Any = None
+    if init is not None:
+        carry0 = _recurrence.Carry(init if groups == 1 else xp.expand_dims(init, axis=-3), None)
+    out_dtype = k.dtype if q is None else q.dtype
+
+    def key_side(x: Array | None, vec: bool) -> Array | None:
+        """A key-side array with the size-1 group axis (grouped-query heads)."""
+        if x is None or groups == 1 or x.ndim < (3 if vec else 2):
+            return x
+        return xp.expand_dims(x, axis=-3 if vec else -2)
+
+    def body(carry: Any, s: _linear.Source) -> tuple[Any, Any]:
+        qb, kb, vb, pb, mb, gb, rb, betab, ab, bb = s.arrays
+        if qb is None:  # (a state: keys only)
+            qf = None
+            kf, _, vc = parts.keys(kb, vb, pb, mb)
+        else:
+            qf, _, kf, _, vc = parts.both(qb, kb, vb, pb, mb)
+        t = kf.shape[-2]
+        if mb is not None and ab is not None and bb is not None:  # (padding writes and reads nothing)
+            keepm = xp.astype(mb, kf.dtype)[..., None]
+            ab, bb = ab * keepm, bb * keepm
+        if gb is not None and not fam.per_feature:
+            gb = _tokens(gb, t, xp)
+        if betab is not None:
+            betab = _tokens(betab, t, xp)
+        if groups > 1 and qf is not None:
+            qf = split_heads(qf, groups, xp)
+        rec = _recurrence.Rec(
+            qf,
+            key_side(kf, True),
+            key_side(vc, True),
+            key_side(gb, fam.per_feature),
+            key_side(betab, False),
+            key_side(ab, True),
+            key_side(bb, True),
+            u,
+            key_side(rb, False),
+        )
+        carry, M = carry if track else (carry, None)
+        if carry is not None and rec.doc is not None and carry.doc is None:
+            carry = _recurrence.Carry(carry.S, rec.doc[..., 0])
+        if t == 1 and not writes:  # a decoding step
+            o, carry = _recurrence.step(rec, carry, fam, xp, dev)
+            w = None
+        else:
+            o, carry, w = _recurrence.chunked(
+                rec, carry, call.size, fam, xp, dev, writes=writes, cumsum=be.cumsum
+            )
+        if track:  # the block's transition: the same recurrence from the identity, writing nothing
+            M = _transition_part(rec, M, call.size, fam, xp, dev, be)
+            carry = (carry, M)
+        if o is None:
+            return carry, None
+        if w is not None:  # (beside the outputs, in the compute dtype; per query head where grouped)
+            if groups > 1:
+                w = xp.broadcast_to(w, o.shape)
+            o = xp.concat([o, w], axis=-1)
+        if groups > 1:
+            assert q is not None
+            o = merge_heads(o, q.shape[-3], groups, xp)
+        if not writes and o.dtype != out_dtype:
+            o = xp.astype(o, out_dtype)
+        return carry, o
+
+    if track:
+        carry0 = (carry0, None)
+    carry, out = be.scan(body, carry0, src, n=n, block=part, sequential=True)
+    if out is None or not writes:
+        return out, carry, None
+    dv = v.shape[-1]
+    w = out[..., dv:]
+    if groups > 1:
+        w = split_heads(w, groups, xp)[..., 0, :, :]
+    o = out[..., :dv]
+    return (o if o.dtype == out_dtype else xp.astype(o, out_dtype)), carry, w
+
+
+def _run_recurrent(
+    checked: _Checked,
+    be: Backend,
+    q: Array,
+    k: Array,
+    v: Array,
+    pos: Any,
+    state: Any,
+    key_mask: Any,
+    decay: Any,
+    log_gate: Any,
+    return_state: bool,
+    cu_seqlens: Any,
+    segment_ids: Any,
+    extras: _Extras | None,
+) -> Array | tuple[Array, LinearAttentionState]:
+    """:func:`_run` for the recurrent families: values read and checked, then the causal pass
+    and the state after it."""
+    xp = be.xp
+    call, kv_lead, F, _ = checked
+    plan, fam = call.plan, call.fam
+    assert fam is not None
+    m = k.shape[-2]
+    dev = be.creation_device(k)
+    docs = documents(be, m, cu_seqlens, segment_ids, k, "k")
+    g = None if decay is None and log_gate is None else _gates(decay, log_gate, k, kv_lead, plan.cdt, be, F)
+    ex = _extra_arrays(NO_EXTRAS if extras is None else extras, be, k, kv_lead, F, plan.cdt)
+    init = None
+    off0: Any = 0
+    ld0 = None
+    if state is not None:
+        init, _, off0 = state[:3]
+        _check_offset(off0)
+        ld0 = state[3] if len(state) >= 4 else None
+        init = init if init.dtype == plan.cdt else xp.astype(init, plan.cdt)
+    if docs is not None and pos is None and call.rope is not None:  # each document from 0
+        pos = implied_positions(be, docs)
+    p, rng = (None, None) if pos is None else be.positions(pos, name="pos", device=dev)
+    per_doc = docs is not None and docs.cu is not None
+    if per_doc and return_state and fam.rank == "dplr":
+        raise ValueError(
+            "return_state with cu_seqlens= (a state per document) is not served for a= and b= yet: pass "
+            "segment_ids= (the state of each row's last document), or one document per call"
+        )
+    ctx = None if docs is None else _DocCtx(docs.runs)
+    writes = bool(return_state) and per_doc and fam.rank == "delta"
+    out, carry, w = _recurrent(call, be, dev, q, k, v, p, rng, key_mask, g, ex, init, ctx, writes)
+    if not return_state:
+        return out
+    transition = NOT_COMPUTED if fam.rank is not None else None
+    if per_doc:
+        assert docs is not None and ctx is not None
+        st = _doc_states(
+            call._replace(groups=1),
+            be,
+            dev,
+            k,
+            v if w is None else w,
+            p,
+            rng,
+            key_mask,
+            g,
+            docs,
+            ctx,
+            kv_lead,
+            F,
+            off0,
+            ld0,
+        )
+        if transition is not None:  # (its log-decay is in the transition, which it does not know)
+            st = st._replace(log_decay=None, transition=transition)
+        return out, st
+    assert carry is not None
+    S = carry.S
+    if call.groups > 1:  # (the caller's: not a view of the groups' buffer)
+        S = be.owned(S[..., 0, :, :])
+    ld = None
+    if fam.rank is None and g is not None:
+        if docs is not None:
+            ld = _row_log_decay(docs.runs, g, m, xp, plan.cdt, fam.per_feature)
+        else:
+            ld = xp.sum(g, axis=-2) if fam.per_feature else _total(g, m, xp)
+            if ld0 is not None and fam.per_feature and ld0.ndim == ld.ndim - 1:
+                ld0 = ld0[..., None]
+            ld = _add_log_decay(ld0, ld)
+    elif fam.rank is None and docs is not None:
+        ld = _row_log_decay(docs.runs, None, m, xp, plan.cdt)
+    st = _state(S, None, off0 + m, kv_lead, xp, ld)
+    return out, st._replace(transition=transition)
+
+
+def _transition_part(
+    rec: _recurrence.Rec,
+    M: _recurrence.Carry | None,
+    size: int,
+    fam: _recurrence.Family,
+    xp: Namespace,
+    dev: Device,
+    be: Backend,
+) -> _recurrence.Carry:
+    """The map of the state across the keys of ``rec`` after ``M`` (``None``: the identity): the
+    recurrence run from the identity with nothing written."""
+    F = rec.k.shape[-1]
+    if M is None:
+        eye = xp.eye(F, dtype=rec.k.dtype, device=dev)
+        M = _recurrence.Carry(xp.broadcast_to(eye, (*rec.k.shape[:-2], F, F)), None)
+    zero = xp.zeros((*rec.k.shape[:-1], F), dtype=rec.k.dtype, device=dev)
+    _, after, _ = _recurrence.chunked(
+        rec._replace(q=None, v=zero, u=None), M, size, fam, xp, dev, cumsum=be.cumsum
+    )
+    return after
+
+
+def _state_recurrent(
+    be: Backend,
+    k: Array,
+    v: Array,
+    pos: Any,
+    rope: Any,
+    feature_map: Any,
+    similarity: Any,
+    key_mask: Any,
+    decay: Any,
+    log_gate: Any,
+    normalize: Any,
+    cu_seqlens: Any,
+    segment_ids: Any,
+    extras: _Extras,
+    qk_l2norm: Any,
+    scale: Any,
+) -> LinearAttentionState:
+    """:func:`linear_attention_state` of a recurrent family: the keys' state, and for a rank-one
+    family the block's transition (so that states of consecutive blocks combine)."""
+    xp = be.xp
+    checked = _check_call(
+        be,
+        k,
+        k,
+        v,
+        pos,
+        None,
+        True,
+        feature_map,
+        similarity,
+        0.0,
+        None,
+        None,
+        True,
+        key_mask,
+        rope,
+        normalize,
+        decay,
+        log_gate,
+        cu_seqlens,
+        segment_ids,
+        extras,
+        qk_l2norm,
+        scale,
+    )
+    call, kv_lead, F, _ = checked
+    fam = call.fam
+    assert fam is not None
+    m = k.shape[-2]
+    dev = be.creation_device(k)
+    docs = documents(be, m, cu_seqlens, segment_ids, k, "k")
+    g = (
+        None
+        if decay is None and log_gate is None
+        else _gates(decay, log_gate, k, kv_lead, call.plan.cdt, be, F)
+    )
+    if docs is not None and pos is None and call.rope is not None:
+        pos = implied_positions(be, docs)
+    p, rng = (None, None) if pos is None else be.positions(pos, name="pos", device=dev)
+    if docs is not None and docs.cu is not None:
+        if fam.rank is not None:
+            raise ValueError(
+                "linear_attention_state with cu_seqlens= (a state per document) is not served with "
+                "beta= or a=/b= yet: pass segment_ids= (each row's last document) or one document per call"
+            )
+        return _doc_states(
+            call, be, dev, k, v, p, rng, key_mask, g, docs, _DocCtx(docs.runs), kv_lead, F, 0, None
+        )
+    ex = _extra_arrays(extras, be, k, kv_lead, F, call.plan.cdt)
+    ctx = None if docs is None else _DocCtx(docs.runs)
+    track = fam.rank is not None
+    _, carry, _ = _recurrent(call, be, dev, None, k, v, p, rng, key_mask, g, ex, None, ctx, track=track)
+    M = None
+    if track:
+        carry, Mc = carry
+        M = xp.broadcast_to(Mc.S, (*kv_lead, F, F))
+    S = carry.S
+    ld = None
+    if fam.rank is None and g is not None:
+        ld = (
+            _row_log_decay(docs.runs, g, m, xp, call.plan.cdt, fam.per_feature)
+            if docs is not None
+            else (xp.sum(g, axis=-2) if fam.per_feature else _total(g, m, xp))
+        )
+    elif fam.rank is None and docs is not None:
+        ld = _row_log_decay(docs.runs, None, m, xp, call.plan.cdt)
+    return _state(S, None, m, kv_lead, xp, ld)._replace(transition=M)

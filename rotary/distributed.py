@@ -266,15 +266,20 @@ def exclusive_state_scan(state: LinearAttentionState, axis_name: Any) -> LinearA
     >>> np.asarray(jax.jit(g)(k, v)).tolist()    # one shard: nothing comes before it
     [[0.0, 0.0], [0.0, 0.0]]
     """
-    if not isinstance(state, tuple) or len(state) not in (3, 4):
+    if not isinstance(state, tuple) or len(state) not in (3, 4, 5):
         raise TypeError("state must be a LinearAttentionState(S, z, offset)")
+    if len(state) == 5 and state[4] is not None:
+        raise ValueError(
+            "exclusive_state_scan combines states by their decay; a state with a transition (the delta "
+            "rule's or a/b's) is not served here yet: scan such states with rotary.combine"
+        )
     if not isinstance(axis_name, str):  # a torch.distributed process group (None: the world)
         return _torch_prefixes([LinearAttentionState(*state)], axis_name, "contiguous")[0]
     import jax
 
     n = int(jax.lax.axis_size(axis_name))
     S, z, off = state[:3]
-    ld = state[3] if len(state) == 4 else None
+    ld = state[3] if len(state) >= 4 else None
     off = jax.numpy.asarray(off, dtype=jax.numpy.int32)
     if n == 1:
         return LinearAttentionState(

@@ -156,8 +156,9 @@ def test_07_identity_features_with_dot_similarity_are_refused(rng):
     q = _x(rng, (1, 5, 8))
     with pytest.raises(ValueError, match="feature_map='identity' with similarity='dot'"):
         rotary.linear_attention(q, q, q, np.arange(5), feature_map="identity")
-    with pytest.raises(ValueError, match="feature_map gave negative features"):
-        rotary.linear_attention(q, q, q, np.arange(5), feature_map=lambda t: t)
+    # a callable is judged by its kernel: negative denominators are refused (q = -k: every q . k < 0)
+    with pytest.raises(ValueError, match="feature_map's kernel gave a negative denominator"):
+        rotary.linear_attention(np.abs(q) + 0.1, -np.abs(q) - 0.1, q, np.arange(5), feature_map=lambda t: t)
 
 
 def test_08_padding_never_leaks(backend, rng):

@@ -116,6 +116,7 @@ class DaskBackend(Backend):
         n: Any,
         block: int,
         additive: bool = False,
+        sequential: bool = False,
     ) -> tuple[Any, Array | None]:
         """A scan over the blocks of the sequence (those of the first array of ``src`` that runs
         along it; the others are cut like it): every block a part, so no task holds more than

@@ -539,6 +539,7 @@ class Backend:
         n: Any,
         block: int,
         additive: bool = False,
+        sequential: bool = False,
     ) -> tuple[Any, Array | None]:
         """Stream the sequence of ``src`` (``n`` tokens) through ``body(carry, part) -> (carry,
         out)`` in parts of ``block`` tokens, in order: the working memory is one part's, whatever
@@ -546,8 +547,10 @@ class Backend:
         last carry and the outputs joined.  Here a Python loop writing into one output; the whole
         sequence at once where :meth:`_loop_free` (a trace sees no loop over the sequence).
         ``additive``: the carry after a part is the carry before it plus the part's own (no
-        decay), which a backend may use to run the parts in parallel (Dask)."""
-        if n is None or self._loop_free(n) or n <= block:  # (None: a symbolic length, ndonnx)
+        decay), which a backend may use to run the parts in parallel (Dask); ``sequential``: the
+        body loops over its part's chunks, so it gets parts even where the library could take the
+        whole sequence at once (a trace then specialises on the length)."""
+        if n is None or (self._loop_free(n) and not sequential) or n <= block:
             return body(carry, src)
         xp = self.xp
         outs: list[Array] = []

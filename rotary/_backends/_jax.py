@@ -153,6 +153,7 @@ class JaxBackend(Backend):
         n: Any,
         block: int,
         additive: bool = False,
+        sequential: bool = False,
     ) -> tuple[Any, Array | None]:
         """``lax.scan`` over the whole parts: one traced body, working memory of one part.
 
@@ -161,7 +162,7 @@ class JaxBackend(Backend):
         shorter part runs after it.
         """
         if self._loop_free(n) or n <= 2 * block:
-            return super().scan(body, carry, src, n=n, block=block, additive=additive)
+            return super().scan(body, carry, src, n=n, block=block, additive=additive, sequential=sequential)
         carry, first = body(carry, src.take(0, block, n))
         full = (n - block) // block
         stop = block + full * block

@@ -86,6 +86,16 @@ class Plan(NamedTuple):
     eps: float  # floor of the denominator of scale-free query features (0: only 0/0 -> 0)
     cdt: DType
     normalize: bool = True
+    l2norm: bool = False  # features divided by sqrt(|f|^2 + 1e-6) (fla's use_qk_l2norm_in_kernel)
+    scale: float = 1.0  # query features multiplied by it (unnormalised: normalised outputs are ratios)
+    # called with every denominator before the division (a map not known to be non-negative: its
+    # kernel's denominators are checked where their values can be read); None: no check
+    check: Callable[[Array], None] | None = None
+
+
+#: The ``eps`` of the L2 normalisation of features: ``f / sqrt(|f|^2 + eps)``, as flash-linear-attention
+#: and transformers' linear-attention layers write it.
+L2_EPS = 1e-6
 
 
 class State(NamedTuple):
@@ -144,6 +154,8 @@ def features(x: Array, plan: Plan, xp: Namespace) -> Array:
         n2 = xp.sum(f * f, axis=-1, keepdims=True)
         tiny = float(xp.finfo(plan.cdt).smallest_normal)
         f = f / xp.sqrt(xp.maximum(n2, xp.full_like(n2, tiny)))
+    if plan.l2norm:
+        f = f / xp.sqrt(xp.sum(f * f, axis=-1, keepdims=True) + L2_EPS)
     return f
 
 
@@ -154,7 +166,13 @@ def query_features(x: Array, plan: Plan, xp: Namespace) -> Array:
     the largest ``m <= 0``), so features that would underflow (``q = -200`` in float32) keep
     their ratios; other maps are divided by their largest feature."""
     if plan.cosine or not plan.normalize:
-        return features(x, plan, xp)
+        f = features(x, plan, xp)
+        return f if plan.scale == 1.0 or plan.cosine else f * plan.scale
+    if plan.l2norm:  # (then scaled like any map: by the largest feature)
+        f = features(x, plan, xp)
+        top = xp.max(xp.abs(f), axis=-1, keepdims=True)
+        tiny = float(xp.finfo(plan.cdt).smallest_normal)
+        return f / xp.maximum(top, xp.full_like(top, tiny))
     if x.dtype != plan.cdt:
         x = xp.astype(x, plan.cdt)
     zero = xp.zeros_like(x)
@@ -162,7 +180,7 @@ def query_features(x: Array, plan: Plan, xp: Namespace) -> Array:
         shift = xp.minimum(xp.max(x, axis=-1, keepdims=True), xp.zeros_like(x[..., :1]))
         return xp.maximum(x, zero) + xp.exp(xp.minimum(x, zero) - shift)
     f = plan.phi(x, xp)
-    top = xp.max(f, axis=-1, keepdims=True)
+    top = xp.max(xp.abs(f), axis=-1, keepdims=True)  # (features of either sign: their largest size)
     tiny = float(xp.finfo(plan.cdt).smallest_normal)
     return f / xp.maximum(top, xp.full_like(top, tiny))
 
@@ -183,6 +201,8 @@ def divide(num: Array, den: Array | None, plan: Plan, xp: Namespace) -> Array:
     NaN gradient (the division is by ``inf`` there); ``plan.eps > 0`` floors it instead."""
     if den is None:
         return num
+    if plan.check is not None:
+        plan.check(den)
     if plan.eps > 0:
         return num / xp.maximum(den, xp.full_like(den, plan.eps))[..., None]
     safe = xp.where(den != 0, den, xp.full_like(den, float("inf")))
