@@ -67,9 +67,11 @@ class LinearAttentionState(NamedTuple):
 
     ``S``: ``(..., F, d_v)``, ``z``: ``(..., F)`` (``None`` for ``normalize=False``), ``offset``:
     keys absorbed, ``log_decay``: the keys' total log-decay (``None`` without decay; ``-inf``
-    where a document boundary forgot everything before).  States of consecutive key blocks
-    combine: ``earlier + later`` is ``exp(later.log_decay) * earlier + later`` (a plain sum
-    without decay; same library, shapes and dtypes).
+    where a document boundary forgot everything before; ``(..., F)`` for gates per feature),
+    ``transition``: for the delta rule and ``a``/``b``, the block's map of the state before it
+    ``(..., F, F)`` (``None`` otherwise).  States of consecutive key blocks combine: ``earlier +
+    later`` is ``exp(later.log_decay) * earlier + later`` (a plain sum without decay), or
+    ``later.transition @ earlier + later`` (same library, shapes and dtypes).
 
     Examples
     --------
@@ -680,7 +682,10 @@ def linear_attention_state(
     ``decay`` and ``log_gate`` weight each key by its decay to the end of the block); costs
     ``O(M d d_v)`` and computes no outputs.  States of consecutive blocks combine (``+``).
     With ``cu_seqlens``, one state per document (``(..., n_docs, F, d_v)``); with
-    ``segment_ids``, the state of each row's last document.
+    ``segment_ids``, the state of each row's last document.  The recurrent families (``beta``,
+    ``u``, ``a``/``b``, a ``log_gate`` per key feature; see :func:`linear_attention`) give their
+    per-feature ``log_decay`` ``(..., F)``, or for the rank-one ones the block's ``transition``
+    ``(..., F, F)``: what ``+`` needs to put a block after another.
 
     Examples
     --------
@@ -694,7 +699,27 @@ def linear_attention_state(
     xp = _namespace(k=k, v_=v)
     be = backend_for(xp)
     extras = _Extras(beta, u, a, b)
-    if _family(extras, log_gate, k, True, chk.check_bool(normalize, "normalize"), similarity) is not None:
+    fam = _family(extras, log_gate, k, True, chk.check_bool(normalize, "normalize"), similarity)
+    statics: tuple[Any, ...] = (rope, feature_map, similarity, normalize, qk_l2norm, scale)
+    if (
+        fam is not None
+        and be.jit_eagerly()
+        and _jittable(statics)
+        and cu_seqlens is None
+        and segment_ids is None
+    ):
+        statics = (*statics, fast_paths_enabled())
+        p = eager_positions(be, pos, "pos", k, "k")
+        dec, lg = _eager_gates(be, decay, log_gate, k)
+        exs = _Extras(
+            *(
+                None if x is None else _as_array(x, n, xp, be, k)[0]
+                for n, x in zip(_Extras._fields, extras, strict=True)
+            )
+        )
+        S, z, ld, tr = be.jit(_state_jit, (0,))(statics, k, v, p, key_mask, dec, lg, exs)
+        return LinearAttentionState(S, z, k.shape[-2], ld, tr)
+    if fam is not None:
         return _state_recurrent(
             be,
             k,
@@ -713,7 +738,6 @@ def linear_attention_state(
             qk_l2norm,
             scale,
         )
-    statics: tuple[Any, ...] = (rope, feature_map, similarity, normalize, qk_l2norm)
     if cu_seqlens is not None or segment_ids is not None:
         # (the documents' own path: a state per document, or each row's last one)
         out_docs = _state_of_documents(
@@ -737,7 +761,7 @@ def linear_attention_state(
         statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
         p = eager_positions(be, pos, "pos", k, "k")
         dec, lg = _eager_gates(be, decay, log_gate, k)
-        S, z, ld = be.jit(_state_jit, (0,))(statics, k, v, p, key_mask, dec, lg)
+        S, z, ld, _ = be.jit(_state_jit, (0,))(statics, k, v, p, key_mask, dec, lg, None)
         return LinearAttentionState(S, z, k.shape[-2], ld)
     plan, nonneg = _plan(feature_map, similarity, 0.0, normalize, k, None, be, qk_l2norm)
     kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
@@ -1099,6 +1123,22 @@ def linear_attention(
         any packing of the same length is one compiled graph).  ``state=`` continues each row's
         first document; ``return_state`` gives each row's last document's state (its
         ``log_decay`` ``-inf`` where the row held a boundary: it combines with nothing before).
+    beta : array, optional
+        The delta rule (``causal=True, normalize=False``), one per key ``(..., N)``:
+        ``S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T`` (DeltaNet; Gated
+        DeltaNet with a ``log_gate`` per token, Kimi Delta Attention with one per key feature).
+    u : array, optional
+        RWKV-6's bonus ``(..., F)`` per key head: ``o_t = S_{t-1}^T q_t + (q_t . (u * k_t)) v_t``.
+    a, b : array, optional
+        A rank-one term of the transition, ``(..., N, F)`` each: ``S_t = (D_t + b_t a_t^T)
+        S_{t-1} + k_t v_t^T`` (RWKV-7, fla's ``dplr``).  A ``log_gate`` with as many axes as
+        ``k`` is a gate per token and key feature ``(..., N, F)``: ``D_t = diag(exp(g_t))``.
+    qk_l2norm : bool
+        Divide q and k features by ``sqrt(|f|^2 + 1e-6)`` (transformers'
+        ``use_qk_l2norm_in_kernel``).
+    scale : float, optional
+        Multiply the query features by it (after ``qk_l2norm``; Gated DeltaNet and KDA use
+        ``head_dim ** -0.5``).  Default 1.
 
     Returns
     -------
@@ -1127,6 +1167,14 @@ def linear_attention(
     RetNet's decay, no denominator:
 
     >>> out = rotary.linear_attention(q, k, v, np.arange(16), causal=True, decay=0.9, normalize=False)
+
+    Gated DeltaNet (Qwen3-Next's layer): a log-decay and a ``beta`` per token, unit q and k:
+
+    >>> g, beta = -rng.uniform(0, 0.1, (2, 4, 16)), rng.uniform(0, 1, (2, 4, 16))
+    >>> out = rotary.linear_attention(q, k, v, causal=True, normalize=False, log_gate=g, beta=beta,
+    ...                               qk_l2norm=True, scale=8 ** -0.5)
+    >>> out.shape
+    (2, 4, 16, 8)
     """
     xp = namespace_of(q, k, v, names=("q", "k", "v"))
     be = backend_for(xp)
@@ -1401,7 +1449,7 @@ def _check_call(
             lead = (*kv_lead, _n_docs(cu_seqlens))
         want_z = (*lead, Fs) if plan.normalize else None
         _state_arrays(state, xp, (*lead, Fs, v.shape[-1]), want_z, per_doc=cu_seqlens is not None)
-    if fam is not None and not isinstance(n, int):
+    if fam is not None and n is None:
         raise ValueError(
             "the recurrent families (beta=, u=, a=/b=, per-feature log_gate) need a known sequence "
             "length (this library's axis has none)"
@@ -2063,9 +2111,17 @@ def _linear_jit(
 
 
 def _state_jit(
-    statics: tuple[Any, ...], k: Array, v: Array, p: Any, mask: Any, decay: Any, log_gate: Any
-) -> tuple[Array, Array, Any]:
-    rope, feature_map, similarity, normalize, qk_l2norm, _ = statics
+    statics: tuple[Any, ...],
+    k: Array,
+    v: Array,
+    p: Any,
+    mask: Any,
+    decay: Any,
+    log_gate: Any,
+    extras: Any,
+) -> tuple[Array, Array, Any, Any]:
+    rope, feature_map, similarity, normalize, qk_l2norm, scale, _ = statics
+    ex = NO_EXTRAS if extras is None else extras
     st = linear_attention_state(
         k,
         v,
@@ -2078,8 +2134,13 @@ def _state_jit(
         log_gate=log_gate,
         normalize=normalize,
         qk_l2norm=qk_l2norm,
+        scale=scale,
+        beta=ex.beta,
+        u=ex.u,
+        a=ex.a,
+        b=ex.b,
     )
-    return st.S, st.z, st.log_decay
+    return st.S, st.z, st.log_decay, st.transition
 
 
 # -- the recurrent families: per-feature gates, the delta rule, RWKV's bonus and transition ---------

@@ -30,6 +30,8 @@ def _conv(backend, dtype="float32"):
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("chunk", [4, 16])
 def test_family_matches_its_recurrence(backend, rng, name, chunk):
+    if chunk != 4 and (backend.lazy or backend.tracer == "jax"):
+        pytest.skip("one chunk size on compiled and lazy backends (the same code; a compile or a graph each)")
     fam = BY_NAME[name]
     x = inputs(fam, rng, LEAD, N, F, DV)
     cv = _conv(backend)
@@ -170,7 +172,7 @@ def test_gradients(rng, name):
         d = dict(zip(names, ts, strict=True))
         return rotary.linear_attention(d["q"], d["k"], d["v"], chunk_size=4, **keywords(fam, d, lambda t: t))
 
-    assert torch.autograd.gradcheck(fn, tensors, eps=1e-6, atol=1e-5)
+    assert torch.autograd.gradcheck(fn, tensors, eps=1e-6, atol=1e-5, fast_mode=True)
 
 
 def test_delta_rule_states_combine_through_their_transition(backend, rng):

@@ -155,6 +155,28 @@ CASES: dict[str, Case] = {
     "linear_attention": Case(
         lambda q, k, v, pos: (rotary.linear_attention(q, k, v, pos),), _qkv, ("q", "k", "v", "pos")
     ),
+    "linear_attention delta rule": Case(
+        lambda q, k, v, pos, g, beta: (
+            rotary.linear_attention(
+                q,
+                k,
+                v,
+                pos,
+                causal=True,
+                chunk_size=2,
+                normalize=False,
+                log_gate=-(g * g),
+                beta=beta,
+                qk_l2norm=True,
+            ),
+        ),
+        lambda r: {
+            **_qkv(r),
+            "g": _n(r, 1, 1, 3, 8),
+            "beta": r.uniform(0.1, 1.0, (1, 1, 3)),
+        },  # (KDA: per feature)
+        ("q", "k", "v", "pos", "g", "beta"),
+    ),
     "convert_layout": Case(
         lambda x: (rotary.convert_layout(x, "half", "interleaved"),), lambda r: {"x": _n(r, 2, 3, 8)}, ("x",)
     ),
