@@ -163,3 +163,36 @@ def test_torch_autograd_takes_the_generic_path(rng):
     (qr.square().sum() + kr.sum()).backward()
     # rotation preserves norms: d/dq sum(|R q|^2) = 2 q
     torch.testing.assert_close(q.grad, 2 * q.detach(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["Gated DeltaNet", "Kimi Delta Attention", "RWKV-6", "RWKV-7"])
+@pytest.mark.parametrize("rope", [False, True])
+def test_recurrent_decoding_steps_are_bitwise_generic(backend, rng, family, rope):
+    """A decoding step of the recurrent families (the torch shortcut): the generic step's bits,
+    step after step, with RoPE and without."""
+    from linear_families import BY_NAME, inputs, keywords
+
+    fam = BY_NAME[family]
+    x = inputs(fam, rng, (2,), 4, 16, 8)
+    cv = lambda a: backend.asarray(np.asarray(a), "float32")  # noqa: E731
+    st = rotary.LinearAttentionState(cv(rng.standard_normal((2, 16, 8)) * 0.1), None, 0)
+    for t in range(4):
+        step = {
+            n: (a[..., t : t + 1, :] if a.ndim == 3 else a[..., t : t + 1]) for n, a in x.items() if n != "u"
+        }
+        step.update({"u": x["u"]} if "u" in x else {})
+        pos = [100 + t] if rope else None
+        fast, slow = _both(
+            lambda step=step, pos=pos, st=st: rotary.linear_attention(
+                cv(step["q"]),
+                cv(step["k"]),
+                cv(step["v"]),
+                pos,
+                state=st,
+                return_state=True,
+                **keywords(fam, step, cv),
+            )
+        )
+        np.testing.assert_array_equal(backend.to_numpy(fast[0]), backend.to_numpy(slow[0]))
+        np.testing.assert_array_equal(backend.to_numpy(fast[1].S), backend.to_numpy(slow[1].S))
+        st = fast[1]

@@ -527,6 +527,11 @@ class Backend:
         ``None``: the generic step."""
         return None
 
+    def recurrent_step(self, fam: Any, plan: Any) -> Callable[..., Any] | None:
+        """A shortcut for decoding steps of linear attention's recurrent families (see the torch
+        backend's), or ``None``: the generic step."""
+        return None
+
     def _take_rows(self, table: Array, idx: Array) -> Array:
         return self.xp.take(table, idx, axis=0)
 

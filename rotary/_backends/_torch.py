@@ -877,6 +877,53 @@ class TorchBackend(Backend):
 
         return step
 
+    def recurrent_step(self, fam: Any, plan: Any) -> Callable[..., Any] | None:
+        """A decoding step of the recurrent families (:mod:`rotary._math._recurrence`) with the
+        identity feature map on plain CPU tensors of the compute dtype: the generic step's bits
+        (:func:`rotary._math._linear.query_features`, ``features``, ``_recurrence.step``) in
+        torch's own calls, without the namespace's wrappers.  Returns ``None`` for anything else
+        (the generic step)."""
+        from .._math._linear import FEATURE_MAPS, L2_EPS
+
+        if plan.phi is not FEATURE_MAPS["identity"] or plan.cosine or plan.normalize:
+            return None
+        l2, scale, cdt = plan.l2norm, plan.scale, plan.cdt
+        pf, rank, bonus = fam.per_feature, fam.rank, fam.bonus
+
+        def step(
+            q: Array, k: Array, v: Array, S: Array, g: Any, beta: Any, a: Any, b: Any, u: Any, rotate: Any
+        ) -> tuple[Array, Array] | None:
+            xs = [x for x in (q, k, v, S, g, beta, a, b, u) if x is not None]
+            if not (fast(*xs) and all(x.dtype == cdt and x.is_cpu for x in xs)):
+                return None
+            if l2:
+                q = q / torch.sqrt(torch.sum(q * q, dim=-1, keepdim=True) + L2_EPS)
+                k = k / torch.sqrt(torch.sum(k * k, dim=-1, keepdim=True) + L2_EPS)
+            if scale != 1.0:
+                q = q * scale
+            if rotate is not None:
+                rot = rotate(q, k)
+                if rot is None:
+                    return None
+                q, k = rot
+            kt = k.mT
+            out = None
+            if bonus:
+                own = torch.sum(q * u * k, dim=-1, keepdim=True)
+                out = torch.matmul(q, S) + own * v
+            Sg = S
+            if g is not None:
+                Sg = S * (torch.exp(g.mT) if pf else torch.exp(g)[..., None])
+            if rank == "delta":
+                S = Sg + kt * (beta[..., None] * (v - torch.matmul(k, Sg)))
+            elif rank == "dplr":
+                S = Sg + b.mT * torch.matmul(a, S) + kt * v
+            else:
+                S = Sg + kt * v
+            return (torch.matmul(q, S) if out is None else out), S
+
+        return step
+
     def _exact(
         self, pos: Array, tables: Array, w: Array, dtype: DType, levels: int, nonneg: bool, *, checked: bool
     ) -> tuple[Array, Array]:
