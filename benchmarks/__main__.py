@@ -9,14 +9,15 @@ import platform
 import sys
 import time
 
-SECTIONS = ("prefill", "decode", "tables", "hf", "hfpatch", "linattn", "state", "training")
+SECTIONS = ("prefill", "decode", "tables", "hf", "hfpatch", "linattn", "families", "state", "training")
 
 DESCRIPTION = """\
 Time rotary against hand-written RoPE, the copy floor and Hugging Face, and linear
 attention against softmax attention. Sections: prefill, decode, tables (cos/sin
 tables of 128k positions), hf (transformers' apply_rotary_pos_emb), hfpatch (a
 transformers model's forward with rotary.hf.patch against without), linattn (linear
-attention scaling), state (each kind of rotary's state on and off: kept if it gains
+attention scaling), families (Gated DeltaNet and KDA against transformers' torch
+code), state (each kind of rotary's state on and off: kept if it gains
 1.15x), training (bytes autograd keeps for backward, forward + backward time). Prints
 one table of medians and ratios measured in this run; --json and --markdown also write
 the rows.
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # dynamo warns about array_api_compat's lru_cache helpers once per helper: noise here
     warnings.filterwarnings("ignore", message="Dynamo detected a call to a `functools.lru_cache`")
-    from . import hf_patch, state, training
+    from . import hf_patch, linear_families, state, training
     from . import rope as rb
 
     reps = args.reps or (5 if args.quick else 15)
@@ -150,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         "hf": rb.bench_hf,
         "hfpatch": hf_patch.bench_patch,
         "linattn": _linattn,
+        "families": linear_families.bench_families,
         "state": state.bench_state,
         "training": training.bench_training,
     }

@@ -60,6 +60,9 @@ FEATURE_MAPS = _linear.FEATURE_MAPS
 _SIMILARITIES: tuple[Similarity, ...] = ("dot", "cosine")
 #: Chunk length ``C`` of the causal algorithm, and chunks per streamed part.
 _CHUNK, _PART_CHUNKS = 64, 8
+#: Chunks per streamed part of the recurrent families (gates per feature: their pairwise terms
+#: are ``F`` times larger).
+_REC_PART_CHUNKS, _REC_PART_CHUNKS_FEATURE = 2, 1
 
 
 class LinearAttentionState(NamedTuple):
@@ -373,7 +376,8 @@ def _gates(
                 f"{tuple(k.shape[:-1])} (one gate per key; per query head under grouped-query "
                 "attention is not possible: the state is the keys')"
             )
-        if host is not None and host.size and not (host <= 0).all():
+        # (reductions, not a mask of every value: no copy of the gates' size)
+        if host is not None and host.size and not host.max() <= 0:
             bad = host[~(host <= 0)].ravel()[0]
             raise ValueError(
                 f"log_gate must be <= 0 and finite (the log of a factor in (0, 1]), got {float(bad)!r}; "
@@ -2271,7 +2275,11 @@ def _recurrent(
     r = call.rope
     axis = r.seq_axis if isinstance(r, Rotary) else -1
     n = k.shape[-2]
-    part = call.part if isinstance(r, Rotary) or p is None else max(call.part, n)
+    # parts of a few chunks: the chunk-local products (C x C, and C x C x F per sub-block for gates
+    # per feature) of a part are its working memory
+    part = call.size * (_REC_PART_CHUNKS_FEATURE if fam.per_feature else _REC_PART_CHUNKS)
+    if not isinstance(r, Rotary) and p is not None:
+        part = max(part, n)
     groups = call.groups
     runs = None if docs is None else docs.runs
     gax = -2 if fam.per_feature else -1

@@ -88,52 +88,61 @@ def _neg(x: Array, xp: Namespace) -> Array:
     return xp.minimum(x, xp.zeros_like(x))
 
 
-#: Sub-block length of per-feature pairwise terms (the diagonal sub-blocks are built directly).
-_SUB = 16
-
-
 def pairs(
     x: Array, y: Array, lx: Array | None, ly: Array | None, strict: bool, xp: Namespace, device: Device
 ) -> Array:
     """``(..., m, C, C)``: ``P[t, j] = sum_f x[t, f] y[j, f] exp(lx[t, f] - ly[j, f])`` for ``j <= t``
     (``j < t`` where ``strict``), 0 above.  ``x``, ``y``: ``(..., m, C, F)``; ``lx``, ``ly``: log-gates
     ``(..., m, C)`` (one per token) or ``(..., m, C, F)`` (per feature), ``lx[t] <= ly[j]`` on every
-    pair kept, or ``None`` (no gates).  Never overflows: per feature, sub-blocks below the diagonal
-    take the log-gate at their keys' last token as reference (both factors at most 1); the
-    diagonal sub-blocks are computed pair by pair."""
+    pair kept, or ``None`` (no gates).  Never overflows, and per feature costs one ``C x C x F``
+    product: the chunk's lower triangle is cut into the blocks of a binary tree (at each level,
+    the later half of a block against its earlier half, as one batched product), each taking the
+    log-gate of its keys' last token as reference (both factors at most 1); the diagonal is
+    elementwise."""
     C = x.shape[-2]
-    tri = _tri(C, xp, device, x.dtype, strict)
     if lx is None or ly is None:
-        return xp.matmul(x, _t(y, xp)) * tri
+        return xp.matmul(x, _t(y, xp)) * _tri(C, xp, device, x.dtype, strict)
     if lx.ndim == x.ndim - 1:  # one log-gate per token
         d = lx[..., :, None] - ly[..., None, :]
-        return xp.matmul(x, _t(y, xp)) * (xp.exp(_neg(d, xp)) * tri)
-    s = _SUB if C % _SUB == 0 and C > _SUB else C
-    nb = C // s
+        return xp.matmul(x, _t(y, xp)) * (xp.exp(_neg(d, xp)) * _tri(C, xp, device, x.dtype, strict))
+    P = 1
+    while P < C:
+        P *= 2
+    if P != C:  # (padded with zero features: nothing pairs with them)
+        x, y, lx, ly = (_pad(z, P - C, -2, xp) for z in (x, y, lx, ly))
+    assert x is not None and y is not None and lx is not None and ly is not None
+    out = None
+    s = P // 2
+    while s >= 1:
+        k = P // (2 * s)
 
-    def blocks(z: Array) -> Array:
-        return xp.reshape(z, (*z.shape[:-2], nb, s, z.shape[-1]))
+        def halves(z: Array, s: int = s, k: int = k) -> Array:
+            return xp.reshape(z, (*z.shape[:-2], k, 2, s, z.shape[-1]))
 
-    xb, lxb, yb, lyb = blocks(x), blocks(lx), blocks(y), blocks(ly)
-    # the diagonal sub-blocks, pair by pair: (..., m, nb, s, s)
-    w = xp.exp(_neg(lxb[..., :, None, :] - lyb[..., None, :, :], xp))
-    diag = xp.sum(xb[..., :, None, :] * yb[..., None, :, :] * w, axis=-1)
-    if nb == 1:
-        return diag[..., 0, :, :] * tri
-    # below the diagonal: reference = the log-gate at the last key of each key sub-block
-    ref = lyb[..., -1:, :]  # (..., m, nb, 1, F)
-    yk = yb * xp.exp(ref - lyb)  # (ref <= ly: at most 1)
-    xq = x[..., None, :, :] * xp.exp(_neg(lx[..., None, :, :] - ref, xp))  # (..., m, nb, C, F)
-    off = xp.matmul(xq, _t(yk, xp))  # (..., m, nb(J), C(t), s)
-    off = xp.reshape(
-        xp.permute_dims(off, (*range(off.ndim - 3), off.ndim - 2, off.ndim - 3, off.ndim - 1)),
-        (*off.shape[:-3], C, C),
-    )
-    blk = xp.arange(C, device=device) // s
-    below = xp.astype(blk[:, None] > blk[None, :], x.dtype)
-    eye = xp.astype(xp.arange(nb, device=device)[:, None] == xp.arange(nb, device=device)[None, :], x.dtype)
-    full = xp.reshape(diag[..., :, :, None, :] * eye[:, None, :, None], (*diag.shape[:-3], C, C))
-    return (off * below + full) * tri
+        xb, lxb, yb, lyb = halves(x), halves(lx), halves(y), halves(ly)
+        ref = lyb[..., 0, -1:, :]  # (..., m, k, 1, F): the earlier half's last key
+        xq = xb[..., 1, :, :] * xp.exp(_neg(lxb[..., 1, :, :] - ref, xp))
+        yk = yb[..., 0, :, :] * xp.exp(ref - lyb[..., 0, :, :])
+        blk = xp.matmul(xq, _t(yk, xp))  # (..., m, k, s, s): the later half against the earlier
+        z = xp.zeros_like(blk)
+        full = xp.concat(
+            [xp.concat([z, z], axis=-1), xp.concat([blk, z], axis=-1)], axis=-2
+        )  # (.., k, 2s, 2s)
+        if k > 1:  # (the k blocks on the diagonal of the P x P triangle)
+            eye = xp.astype(
+                xp.arange(k, device=device)[:, None] == xp.arange(k, device=device)[None, :], x.dtype
+            )
+            full = xp.reshape(full[..., :, :, None, :] * eye[:, None, :, None], (*full.shape[:-3], P, P))
+        else:
+            full = full[..., 0, :, :]
+        out = full if out is None else out + full
+        s //= 2
+    if out is None:  # (one token)
+        out = xp.zeros((*x.shape[:-2], P, P), dtype=x.dtype, device=device)
+    if not strict:
+        own = xp.sum(x * y * xp.exp(_neg(lx - ly, xp)), axis=-1)  # (..., m, P)
+        out = out + own[..., :, None] * _eye(P, xp, device, x.dtype)
+    return out if P == C else out[..., :C, :C]
 
 
 def unit_lower_inverse(A: Array, xp: Namespace) -> Array:
