@@ -1227,7 +1227,11 @@ def linear_attention(
         scale,
     )
     if be.jit_eagerly() and _jittable(statics):
-        statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
+        statics = (
+            *statics,
+            bool(return_state),
+            fast_paths_enabled(),
+        )  # (read while tracing: part of the key)
         # JAX outside a trace: positions checked here, then the whole call as one compiled
         # program (no Python scalar moves to the device)
         p = eager_positions(be, pos, "pos", q, "q")
@@ -1462,12 +1466,6 @@ def _check_call(
         raise ValueError(
             "the recurrent families (beta=, u=, a=/b=, per-feature log_gate) need a known sequence "
             "length (this library's axis has none)"
-        )
-    if fam is not None and state is not None and cu_seqlens is not None:
-        raise ValueError(
-            "a state per document (cu_seqlens= with state=) is served for additive updates with a gate "
-            "per token; with beta=, u=, a=/b= or a per-feature log_gate, continue each document with "
-            "its own call, or pass segment_ids= (state= continues each row's first document)"
         )
     size, part = _sizes(chunk_size, n, be)
     call = _Call(plan, r, causal, size, part, groups, nonneg, not be.sizes_symbolic(), fam)
@@ -1726,7 +1724,7 @@ def _doc_states(
     if ctx.S0 is not None:  # the documents' own states, decayed over their keys
         S0, z0 = ctx.S0, ctx.z0
         if total is not None:
-            S0 = S0 * xp.exp(total)[..., None, None]
+            S0 = S0 * (xp.exp(total)[..., :, None] if pf else xp.exp(total)[..., None, None])
             z0 = None if z0 is None else z0 * xp.exp(total)[..., None]
         S = S + S0
         z = None if z is None or z0 is None else z + z0
@@ -2096,10 +2094,12 @@ def _linear_jit(
     offsets: Any,
     extras: Any = None,
 ) -> tuple[Array, Array, Array, Any, Any]:
-    rope, causal, feature_map, similarity, eps, chunk_size, normalize, qk_l2norm, scale, _ = statics
+    rope, causal, feature_map, similarity, eps, chunk_size, normalize, qk_l2norm, scale, want_state, _ = (
+        statics
+    )
     ex = NO_EXTRAS if extras is None else extras
     state = None if S0 is None else LinearAttentionState(S0, z0, 0 if offsets is None else offsets, ld0)
-    out, st = linear_attention(
+    res = linear_attention(
         q,
         k,
         v,
@@ -2112,7 +2112,7 @@ def _linear_jit(
         eps=eps,
         chunk_size=chunk_size,
         state=state,
-        return_state=True,
+        return_state=want_state,
         key_mask=mask,
         decay=decay,
         log_gate=log_gate,
@@ -2126,6 +2126,9 @@ def _linear_jit(
         qk_l2norm=qk_l2norm,
         scale=scale,
     )
+    if not want_state:
+        return res, None, None, None, None
+    out, st = res
     return out, st.S, st.z, st.log_decay, st.offset if cu_seqlens is not None else None
 
 
@@ -2262,6 +2265,7 @@ def _recurrent(
     docs: _DocCtx | None,
     writes: bool = False,
     track: bool = False,
+    doc_states: Array | None = None,
 ) -> tuple[Any, Any, Array | None]:
     """Causal attention of a recurrent family, streamed part by part through the backend's scan
     (each part a block of chunks of :func:`rotary._math._recurrence.chunked`): ``(out, carry,
@@ -2292,6 +2296,8 @@ def _recurrent(
     carry0: Any = None
     if init is not None:
         carry0 = _recurrence.Carry(init if groups == 1 else xp.expand_dims(init, axis=-3), None)
+    if doc_states is not None and groups > 1:
+        doc_states = xp.expand_dims(doc_states, axis=-4)
     out_dtype = k.dtype if q is None else q.dtype
 
     def key_side(x: Array | None, vec: bool) -> Array | None:
@@ -2331,12 +2337,12 @@ def _recurrent(
         carry, M = carry if track else (carry, None)
         if carry is not None and rec.doc is not None and carry.doc is None:
             carry = _recurrence.Carry(carry.S, rec.doc[..., 0])
-        if t == 1 and not writes:  # a decoding step
+        if t == 1 and not writes and doc_states is None:  # a decoding step
             o, carry = _recurrence.step(rec, carry, fam, xp, dev)
             w = None
         else:
             o, carry, w = _recurrence.chunked(
-                rec, carry, call.size, fam, xp, dev, writes=writes, cumsum=be.cumsum
+                rec, carry, call.size, fam, xp, dev, writes=writes, cumsum=be.cumsum, doc_states=doc_states
             )
         if track:  # the block's transition: the same recurrence from the identity, writing nothing
             M = _transition_part(rec, M, call.size, fam, xp, dev, be)
@@ -2397,23 +2403,31 @@ def _run_recurrent(
     init = None
     off0: Any = 0
     ld0 = None
+    per_doc = docs is not None and docs.cu is not None
+    doc_S0 = None
     if state is not None:
         init, _, off0 = state[:3]
-        _check_offset(off0)
+        _check_offset(off0, per_doc)
         ld0 = state[3] if len(state) >= 4 else None
         init = init if init.dtype == plan.cdt else xp.astype(init, plan.cdt)
+        if per_doc:  # one state per document: each enters its own document
+            assert docs is not None
+            doc_S0 = init
+            init = xp.take(init, docs.runs[:1], axis=-3)[..., 0, :, :] if m else None
     if docs is not None and pos is None and call.rope is not None:  # each document from 0
-        pos = implied_positions(be, docs)
+        offs = _doc_offsets(be, off0, docs, dev) if per_doc and state is not None else None
+        pos = implied_positions(be, docs, offs)
     p, rng = (None, None) if pos is None else be.positions(pos, name="pos", device=dev)
-    per_doc = docs is not None and docs.cu is not None
     if per_doc and return_state and fam.rank == "dplr":
         raise ValueError(
             "return_state with cu_seqlens= (a state per document) is not served for a= and b= yet: pass "
             "segment_ids= (the state of each row's last document), or one document per call"
         )
-    ctx = None if docs is None else _DocCtx(docs.runs)
+    ctx = None if docs is None else _DocCtx(docs.runs, doc_S0)
     writes = bool(return_state) and per_doc and fam.rank == "delta"
-    out, carry, w = _recurrent(call, be, dev, q, k, v, p, rng, key_mask, g, ex, init, ctx, writes)
+    out, carry, w = _recurrent(
+        call, be, dev, q, k, v, p, rng, key_mask, g, ex, init, ctx, writes, doc_states=doc_S0
+    )
     if not return_state:
         return out
     transition = NOT_COMPUTED if fam.rank is not None else None

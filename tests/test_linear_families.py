@@ -20,7 +20,7 @@ LEAD, N, F, DV = (2,), 37, 8, 5
 
 
 def _scale(ref: np.ndarray) -> float:
-    return float(max(1.0, np.abs(ref).max()))
+    return float(max(1.0, np.abs(ref).max(initial=0.0)))
 
 
 def _conv(backend, dtype="float32"):
@@ -261,18 +261,51 @@ def test_refusals():
         )
     with pytest.raises(ValueError, match="beta must be finite"):
         rotary.linear_attention(q, k, v, causal=True, normalize=False, beta=beta * np.nan)
-    with pytest.raises(ValueError, match="state per document"):
-        S = np.zeros((2, 2, 4, 3), np.float32)
+    fam = BY_NAME["RWKV-7"]
+    x = inputs(fam, rng, (2,), 6, 4, 3)
+    with pytest.raises(ValueError, match="not served for a= and b= yet"):
         rotary.linear_attention(
-            q,
-            k,
-            v,
-            causal=True,
-            normalize=False,
-            beta=beta,
-            cu_seqlens=[0, 3, 6],
-            state=rotary.LinearAttentionState(S, None, 0),
+            x["q"], x["k"], x["v"], cu_seqlens=[0, 3, 6], return_state=True, **keywords(fam, x, np.asarray)
         )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_state_per_document_enters_its_own_document(backend, rng, name):
+    """``cu_seqlens`` with ``state=``: each document continues from its own state (documents of
+    every length, an empty one among them, several inside one chunk); outputs and final states
+    are each document's own call's."""
+    fam = BY_NAME[name]
+    lens = [5, 1, 13, 0, 9]
+    cu = np.concatenate([[0], np.cumsum(lens)])
+    x = inputs(fam, rng, LEAD, int(cu[-1]), F, DV)
+    S0 = rng.normal(size=(*LEAD, len(lens), F, DV))
+    cv = _conv(backend)
+    kw = keywords(fam, x, cv)
+    per_doc_states = fam.rank != "dplr"
+    res = rotary.linear_attention(
+        cv(x["q"]),
+        cv(x["k"]),
+        cv(x["v"]),
+        cu_seqlens=cu.tolist(),
+        chunk_size=8,
+        return_state=per_doc_states,
+        state=rotary.LinearAttentionState(cv(S0), None, 0),
+        **kw,
+    )
+    out, st = res if per_doc_states else (res, None)
+    xs = {nm: to_numpy(cv(a)).astype(np.float64) for nm, a in x.items()}
+    S0n = to_numpy(cv(S0)).astype(np.float64)
+    for d, (lo, hi) in enumerate(itertools.pairwise(cu)):
+        one = {
+            nm: (a[..., lo:hi, :] if a.ndim == len(LEAD) + 2 else a[..., lo:hi])
+            for nm, a in xs.items()
+            if nm != "u"
+        }
+        one.update({"u": xs["u"]} if "u" in xs else {})
+        ref, S = recurrence(one["q"], one["k"], one["v"], S0=S0n[..., d, :, :], **oracle_keywords(fam, one))
+        assert_close(to_numpy(out)[..., lo:hi, :], ref, dtype=np.float32, scale=_scale(ref), ulps=256)
+        if st is not None:
+            assert_close(to_numpy(st.S)[..., d, :, :], S, dtype=np.float32, scale=_scale(S), ulps=256)
 
 
 def test_based_taylor_map_is_judged_by_its_kernel(backend, rng):

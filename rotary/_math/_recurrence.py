@@ -219,12 +219,33 @@ class _Prep(NamedTuple):
     Bend: Array | None  # (..., m, C, F) rank-one keys decayed to the end (dplr)
     V: Array  # (..., m, C, dv) values (the delta rule: unused)
     gam: Array  # (..., m, F, 1) or (..., m, 1, 1): the chunk's total decay of the state
+    docs: _DocStarts | None = None  # a state per document: its share in each chunk
+
+
+class _DocStarts(NamedTuple):
+    """With a state per document, what reads the state of each document that starts inside a
+    chunk (every token outside the chunk-start document), decayed from the document's start."""
+
+    Qd: Array | None  # (..., m, C, F) queries reading their document's state
+    Ad: Array | None  # (..., m, C, F) the pseudo-values' read of it (rank-one families)
+    T: Array | None  # (..., m, C, C) the chunk's triangular inverse (rank-one families)
+    gl: Array  # (..., m, F, 1) or (..., m, 1, 1): the last document's state decay to the chunk's end
+    fresh: Array  # (..., m, 1, 1): the chunk ends in a document that started inside it
 
 
 def _prepare(
-    r: Rec, fam: Family, m: int, C: int, xp: Namespace, dev: Device, cdoc: Array | None, cs: CumSum
+    r: Rec,
+    fam: Family,
+    m: int,
+    C: int,
+    xp: Namespace,
+    dev: Device,
+    cdoc: Array | None,
+    cs: CumSum,
+    per_doc: bool = False,
 ) -> _Prep:
-    """The chunk-local quantities of ``r`` (already padded to ``m * C`` tokens)."""
+    """The chunk-local quantities of ``r`` (already padded to ``m * C`` tokens); ``per_doc``: a
+    state per document enters each document's first chunk."""
     pf = fam.per_feature
     q, k, v, a, b = (_chunks(t, m, C, True, xp) for t in (r.q, r.k, r.v, r.a, r.b))
     assert k is not None and v is not None
@@ -263,19 +284,21 @@ def _prepare(
             Qk = Qk + own[..., :, None] * _eye(C, xp, dev, k.dtype)
     end = None if L is None else last - L  # (<= 0)
     Kend = rows(k, end, em)
-    W = U0 = Bend = None
+    W = U0 = Bend = T = a_read = None
     if fam.rank == "delta":
         assert beta is not None
         bk = -beta[..., None] * k
         A = masked(pairs(bk, k, L, L, True, xp, dev))
         T = unit_lower_inverse(A, xp)
         W = xp.matmul(T, rows(bk, L, cm))
+        a_read = bk  # (the state is read along a = -beta k, from the inclusive gates)
         U0 = xp.matmul(T, beta[..., None] * v)
     elif fam.rank == "dplr":
         assert a is not None and b is not None
         A = masked(pairs(a, b, Lx, L, True, xp, dev))
         T = unit_lower_inverse(A, xp)
         W = xp.matmul(T, rows(a, Lx, cm))
+        a_read = a
         U0 = xp.matmul(T, xp.matmul(masked(pairs(a, k, Lx, L, True, xp, dev)), v))
         Bend = rows(b, end, em)
         if q is not None:
@@ -287,7 +310,57 @@ def _prepare(
         gam = _t(gam, xp) if pf else gam[..., None]
     if keep is not None:
         gam = gam * keep[..., None, None]
-    return _Prep(Qg, Qk, Qb, W, U0, Kend, Bend, v, gam)
+    starts = None
+    if per_doc:
+        assert doc is not None and keep is not None and cm is not None and same is not None
+        starts = _doc_starts(q, a_read, T, g, L, Lq, doc, same, cm, keep, fam, C, xp, dev, k.dtype)
+    return _Prep(Qg, Qk, Qb, W, U0, Kend, Bend, v, gam, starts)
+
+
+def _doc_starts(
+    q: Array | None,
+    a_read: Array | None,
+    T: Array | None,
+    g: Array | None,
+    L: Array | None,
+    Lq: Array | None,
+    doc: Array,
+    same: Array,
+    cm: Array,
+    keep: Array,
+    fam: Family,
+    C: int,
+    xp: Namespace,
+    dev: Device,
+    dt: Any,
+) -> _DocStarts:
+    """:class:`_DocStarts`: each token's log-gate at its document's start inside the chunk (a
+    one-hot read of the exclusive running sum), the reads decayed from there."""
+    pf = fam.per_feature
+    first = xp.concat([xp.ones_like(doc[..., :1], dtype=xp.bool), doc[..., 1:] != doc[..., :-1]], axis=-1)
+    start = same * xp.astype(first, dt)[..., None, :] * _tri(C, xp, dev, dt, False)  # (..., m, C, C)
+    nm = 1 - cm  # (tokens of a document that starts inside the chunk)
+    B = Lx = None
+    if g is not None and L is not None:
+        Lx = L - g
+        B = xp.matmul(start, Lx if pf else Lx[..., None])
+        B = B if pf else B[..., 0]
+
+    def read(x: Array | None, lg: Array | None) -> Array | None:
+        if x is None:
+            return None
+        if lg is not None and B is not None:
+            x = x * xp.exp(_col(lg - B, pf))
+        return x * nm[..., None]
+
+    Qd = read(q, Lq)
+    Ad = read(a_read, L if fam.rank == "delta" else Lx)
+    if L is None or B is None:
+        gl = xp.ones((*doc.shape[:-1], 1, 1), dtype=dt, device=dev)
+    else:
+        gl = xp.exp(L[..., -1:, :] - B[..., -1:, :]) if pf else xp.exp(L[..., -1:] - B[..., -1:])
+        gl = _t(gl, xp) if pf else gl[..., None]
+    return _DocStarts(Qd, Ad, T, gl, (1 - keep)[..., None, None])
 
 
 def _eye(n: int, xp: Namespace, device: Device, dtype: Any) -> Array:
@@ -295,7 +368,7 @@ def _eye(n: int, xp: Namespace, device: Device, dtype: Any) -> Array:
     return xp.astype(i[:, None] == i[None, :], dtype)
 
 
-def _at(x: Array | None, c: int) -> Array | None:
+def _at(x: Any, c: int) -> Any:
     """Chunk ``c`` of a per-chunk array (chunk axis -3)."""
     return None if x is None else x[..., c, :, :]
 
@@ -310,6 +383,7 @@ def chunked(
     *,
     writes: bool = False,
     cumsum: CumSum | None = None,
+    doc_states: Array | None = None,
 ) -> tuple[Array | None, Carry, Array | None]:
     """Causal outputs of a block of ``T`` tokens from ``carry`` (``None``: a zero state), the carry
     after it, and with ``writes`` the values each token writes along its key (the delta rule's
@@ -343,18 +417,27 @@ def chunked(
         # the document before each chunk: the carry's, then each chunk's last token's
         prev = r.doc[..., C - 1 : m * C - 1 : C] if m > 1 else r.doc[..., :0]
         cdoc = xp.concat([first[..., None] if first.ndim == r.doc.ndim - 1 else first, prev], axis=-1)
-    p = _prepare(r, fam, m, C, xp, device, cdoc, _cumsum(xp, cumsum))
+    p = _prepare(r, fam, m, C, xp, device, cdoc, _cumsum(xp, cumsum), doc_states is not None)
     S = carry.S
     outs: list[Array] = []
     ys: list[Array] = []
     for c in range(m):
+        S0d = None
+        if p.docs is not None:  # (each document starting in the chunk: its own state)
+            assert doc_states is not None and r.doc is not None
+            S0d = xp.take(doc_states, r.doc[..., c * C : (c + 1) * C], axis=-3)  # (..., C, F, dv)
         if fam.rank is None:
             Y = _at(p.V, c)
         else:
             Y = xp.matmul(_at(p.W, c), S) + _at(p.U0, c)
+            if S0d is not None and p.docs is not None:
+                d = xp.matmul(_at(p.docs.Ad, c)[..., None, :], S0d)[..., 0, :]
+                Y = Y + xp.matmul(_at(p.docs.T, c), d)
         assert Y is not None
         if p.Qg is not None:
             o = xp.matmul(_at(p.Qg, c), S)
+            if S0d is not None and p.docs is not None:
+                o = o + xp.matmul(_at(p.docs.Qd, c)[..., None, :], S0d)[..., 0, :]
             if fam.rank == "dplr":
                 o = o + xp.matmul(_at(p.Qk, c), _at(p.V, c)) + xp.matmul(_at(p.Qb, c), Y)
             else:
@@ -364,6 +447,9 @@ def chunked(
         if fam.rank == "dplr":
             new = new + xp.matmul(_t(_at(p.Bend, c), xp), Y)
         S = S * _at(p.gam, c) + new
+        if p.docs is not None and r.doc is not None and doc_states is not None:
+            last = xp.take(doc_states, r.doc[..., (c + 1) * C - 1 : (c + 1) * C], axis=-3)[..., 0, :, :]
+            S = S + _at(p.docs.fresh, c) * _at(p.docs.gl, c) * last
         if writes:
             ys.append(Y)
     out = None
