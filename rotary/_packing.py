@@ -66,7 +66,7 @@ def documents(
                     f"{', '.join(bad)}: it must be 0, then the running total of the document lengths, "
                     f"ending at the number of tokens"
                 )
-        runs = _documents.runs_from_cu_seqlens(cu, n, xp, dev, idt, be.has_int64(dev))
+        runs = _documents.runs_from_cu_seqlens(cu, n, xp, dev, idt, be.searchsorted_ok(dev))
         return Docs(runs, cu, int(cu.shape[0]) - 1)
     seg: Any = segment_ids
     if not is_array(seg) or library_name(array_namespace(seg)) != be.name:

@@ -107,6 +107,11 @@ class Backend:
         except Exception:
             return hasattr(self.xp, "int64")
 
+    def searchsorted_ok(self, device: Device) -> bool:
+        """``searchsorted`` can run here: the default index dtype it returns exists on the
+        device (else the documents of ``cu_seqlens`` are found by a comparison per document)."""
+        return self.has_int64(device)
+
     def widest_float(self, device: Device) -> DType:
         return self.xp.float64 if self.has_float64(device) else self.xp.float32
 

@@ -90,6 +90,9 @@ class JaxBackend(Backend):
     def has_int64(self, device: Device) -> bool:
         return bool(jax.config.jax_enable_x64)  # pyright: ignore[reportAttributeAccessIssue]
 
+    def searchsorted_ok(self, device: Device) -> bool:
+        return True  # (its default index dtype follows x64: int32 without it)
+
     def float_dtypes(self, device: Device) -> set[str]:
         x64 = jax.config.jax_enable_x64  # pyright: ignore[reportAttributeAccessIssue]
         return {"float16", "bfloat16", "float32", *(("float64",) if x64 else ())}
