@@ -66,10 +66,13 @@ class LinearAttentionState(NamedTuple):
     """Summary of the keys/values seen so far (see :mod:`rotary` linear attention).
 
     ``S``: ``(..., F, d_v)``, ``z``: ``(..., F)`` (``None`` for ``normalize=False``), ``offset``:
-    keys absorbed, ``log_decay``: the keys' total log-decay (``None`` without decay; ``-inf``
-    where a document boundary forgot everything before).  States of consecutive key blocks
-    combine: ``earlier + later`` is ``exp(later.log_decay) * earlier + later`` (a plain sum
-    without decay; same library, shapes and dtypes).
+    keys absorbed, which is where the keys' document goes on (with packed documents: per
+    document for ``cu_seqlens``; for ``segment_ids``, per row, the tokens of the row's last
+    document, plus the state's where the row held no boundary), ``log_decay``: the keys' total
+    log-decay (``None`` without decay; ``-inf`` where a document boundary forgot everything
+    before).  States of consecutive key blocks combine: ``earlier + later`` is
+    ``exp(later.log_decay) * earlier + later`` (a plain sum without decay; same library, shapes
+    and dtypes), its offset the sum, or ``later``'s own where ``later`` holds a boundary.
 
     Examples
     --------
@@ -102,9 +105,8 @@ class LinearAttentionState(NamedTuple):
             S = S * keep[..., None, None]
             z = None if z is None else z * keep[..., None]
         ld = _add_log_decay(self.log_decay, other.log_decay)
-        return LinearAttentionState(
-            S + other.S, None if z is None else z + other.z, self.offset + other.offset, ld
-        )
+        off = _added_offset(self.offset, other.offset, other.log_decay)
+        return LinearAttentionState(S + other.S, None if z is None else z + other.z, off, ld)
 
     def __radd__(self, other: Any) -> LinearAttentionState:
         if isinstance(other, int) and not isinstance(other, bool) and other == 0:
@@ -122,6 +124,23 @@ def _add_log_decay(a: Any, b: Any) -> Any:
     if b is None:
         return a
     return a + b
+
+
+def _added_offset(a: Any, b: Any, b_log_decay: Any) -> Any:
+    """The offset of ``earlier + later`` (``a``, ``b`` theirs): the sum, or ``b``'s own where
+    ``b`` holds a document boundary (``log_decay`` ``-inf``: a state of packed documents, whose
+    offset is the position in its last document, begun inside it)."""
+    if b_log_decay is None or not is_array(b) or not is_array(b_log_decay):
+        return a + b
+    xp = array_namespace(b_log_decay)
+    fresh = b_log_decay == -math.inf
+    if fresh.ndim >= b.ndim:  # (a boundary is a row's: the same along the axes b broadcasts over)
+        if fresh.ndim > b.ndim:
+            fresh = xp.any(fresh, axis=tuple(range(fresh.ndim - b.ndim)))
+        axes = tuple(i for i in range(b.ndim) if b.shape[i] == 1 and fresh.shape[i] != 1)
+        if axes:
+            fresh = xp.any(fresh, axis=axes, keepdims=True)
+    return xp.where(fresh, b, a + b)
 
 
 def _check_compatible(a: LinearAttentionState, b: LinearAttentionState) -> None:
@@ -189,6 +208,12 @@ class _UserMap:
         out = self.fn(x)
         if not is_array(out):
             raise not_an_array("feature_map", out, verb="return")
+        if out.ndim != x.ndim or tuple(out.shape[:-1]) != tuple(x.shape[:-1]):
+            raise ValueError(
+                f"feature_map must map (..., d) to (..., F), one feature vector per token (every axis "
+                f"but the last kept): given q or k (or a part of their tokens) of shape "
+                f"{tuple(x.shape)}, it returned shape {tuple(out.shape)}"
+            )
         return out
 
 
@@ -316,7 +341,12 @@ def _n_docs(cu: Any) -> int:
 
 
 def _state_arrays(
-    state: Any, xp: Namespace, want_S: tuple[Any, ...], want_z: tuple[Any, ...] | None, per_doc: bool = False
+    state: Any,
+    xp: Namespace,
+    want_S: tuple[Any, ...],
+    want_z: tuple[Any, ...] | None,
+    per_doc: bool = False,
+    per_row: bool = False,
 ) -> tuple[Array, Array | None, Any, Any]:
     if not isinstance(state, tuple) or len(state) not in (3, 4):
         raise TypeError(f"state must be a LinearAttentionState(S, z, offset), got {type(state).__name__}")
@@ -356,22 +386,32 @@ def _state_arrays(
                 "similarity"
                 + ("; with cu_seqlens, one state per document: (..., n_docs, F, d_v)" if per_doc else "")
             )
-    _check_offset(offset, per_doc)
+    _check_offset(offset, per_doc, per_row)
+    if is_array(offset) and offset.ndim:
+        rows = want_S[-3:-2] if per_doc else want_S[:-2]
+        fits = tuple(offset.shape) == rows if per_doc else chk.broadcasts_to(tuple(offset.shape), rows)
+        if not fits:
+            raise ValueError(
+                f"state.offset has shape {tuple(offset.shape)} but these documents need "
+                + (f"one per document, shape {rows}, or one for all" if per_doc else "")
+                + (f"one per row, broadcasting to the leading axes of k and v {rows}" if per_row else "")
+            )
     return S, z, offset, log_decay
 
 
-def _check_offset(offset: Any, per_doc: bool = False) -> None:
+def _check_offset(offset: Any, per_doc: bool = False, per_row: bool = False) -> None:
     if isinstance(offset, bool) or not (
         isinstance(offset, numbers.Integral)
         or (
             is_array(offset)
-            and offset.ndim in ((0, 1) if per_doc else (0,))
+            and (per_row or offset.ndim in ((0, 1) if per_doc else (0,)))
             and chk.is_integral(offset.dtype)
         )
     ):
         raise TypeError(
             "state.offset must be an integer (or a 0-d integer array"
             + (", or one per document" if per_doc else "")
+            + (", or one per row" if per_row else "")
             + f"), got {type(offset).__name__} {offset!r}"
         )
 
@@ -574,7 +614,9 @@ def linear_attention_state(
     ``decay`` and ``log_gate`` weight each key by its decay to the end of the block); costs
     ``O(M d d_v)`` and computes no outputs.  States of consecutive blocks combine (``+``).
     With ``cu_seqlens``, one state per document (``(..., n_docs, F, d_v)``); with
-    ``segment_ids``, the state of each row's last document.
+    ``segment_ids``, the state of each row's last document (its offset: that document's tokens;
+    without ``pos``, a given ``rope`` rotates each document from 0, so a block whose first
+    document goes on from an earlier block needs its ``pos`` to combine with that block's state).
 
     Examples
     --------
@@ -711,10 +753,11 @@ def _state_of_documents(
         marks = _linear.Marks(_tokens(gb, b.shape[-2], xp), rb)
         return _linear.absorb(carry, _linear.Chunk(None, None, b, e, vc), marks, xp, be.cumsum), None
 
-    carry, _ = be.scan(body, None, src, n=m, block=call.part)
-    if carry is None:
+    carry = None if m == 0 else be.scan(body, None, src, n=m, block=call.part)[0]
+    if carry is None:  # no key
         carry = _zero_carry(plan, F, v, kv_lead, be, dev)
-    return _state(carry.S, carry.z, m, kv_lead, xp, _row_log_decay(docs.runs, g, m, xp, plan.cdt))
+    ld = _row_log_decay(docs.runs, g, m, xp, plan.cdt)
+    return _state(carry.S, carry.z, _row_offset(docs.runs, 0, m, xp), kv_lead, xp, ld)
 
 
 def _sizes(chunk_size: Any, n: Any, be: Backend) -> tuple[int, int]:
@@ -942,8 +985,10 @@ def linear_attention(
     segment_ids : array, optional
         The same by per-token ids ``(..., N)`` (a change of id starts a document; fixed shapes:
         any packing of the same length is one compiled graph).  ``state=`` continues each row's
-        first document; ``return_state`` gives each row's last document's state (its
-        ``log_decay`` ``-inf`` where the row held a boundary: it combines with nothing before).
+        first document (without ``pos``, from the state's offset); ``return_state`` gives each
+        row's last document's state (its ``offset`` the position in that document, one per row:
+        a packed stream goes on window by window or token by token; its ``log_decay`` ``-inf``
+        where the row held a boundary: it combines with nothing before).
 
     Returns
     -------
@@ -1023,11 +1068,14 @@ def linear_attention(
                 )
             S0, z0, off0 = state[:3]
             ld0 = state[3] if len(state) == 4 else None
-            _check_offset(off0, cu_seqlens is not None)
+            _check_offset(off0, cu_seqlens is not None, segment_ids is not None)
         _namespace(q, k=k, v_=v)
-        per_doc_off = off0 if is_array(off0) and off0.ndim == 1 else None
+        # where documents continue: an array traced, a Python int a constant of the program
+        has_docs = cu_seqlens is not None or segment_ids is not None
+        doc_off = off0 if has_docs and is_array(off0) else None
+        statics = (*statics, off0 if has_docs and not is_array(off0) else 0)
         out, S, z, ld, off = be.jit(_linear_jit, (0,))(
-            statics, q, k, v, p, kp, key_mask, S0, z0, ld0, dec, lg, cu_seqlens, segment_ids, per_doc_off
+            statics, q, k, v, p, kp, key_mask, S0, z0, ld0, dec, lg, cu_seqlens, segment_ids, doc_off
         )
         if not chk.check_bool(return_state, "return_state"):
             return out
@@ -1203,7 +1251,14 @@ def _check_call(
         if cu_seqlens is not None:  # one state per document
             lead = (*kv_lead, _n_docs(cu_seqlens))
         want_z = (*lead, Fs) if plan.normalize else None
-        _state_arrays(state, xp, (*lead, Fs, v.shape[-1]), want_z, per_doc=cu_seqlens is not None)
+        _state_arrays(
+            state,
+            xp,
+            (*lead, Fs, v.shape[-1]),
+            want_z,
+            per_doc=cu_seqlens is not None,
+            per_row=segment_ids is not None,
+        )
     size, part = _sizes(chunk_size, n, be)
     call = _Call(plan, r, causal, size, part, groups, nonneg, not be.sizes_symbolic())
     decode = None
@@ -1286,7 +1341,7 @@ def _run(
     S0 = z0 = None
     if state is not None:
         S0, z0, off0 = state[:3]
-        _check_offset(off0, per_doc)
+        _check_offset(off0, per_doc, docs is not None and not per_doc)
         ld0 = state[3] if len(state) == 4 else None
         if S0.dtype != plan.cdt:
             S0 = xp.astype(S0, plan.cdt)
@@ -1294,7 +1349,9 @@ def _run(
         if not per_doc:
             init = _linear.Carry(S0, z0, None)
     if docs is not None and pos is None and call.rope is not None:  # each document from 0
-        offs = _doc_offsets(be, off0, docs, dev) if per_doc and state is not None else None
+        offs = None  # (or, continuing a state, the continued documents from its offset)
+        if state is not None and not (type(off0) is int and off0 == 0):
+            offs = _doc_offsets(be, off0, docs, dev) if per_doc else off0
         pos = implied_positions(be, docs, offs)
     p, rng = (None, None) if pos is None else be.positions(pos, name="pos", device=dev)
     kp, krng = (p, rng) if k_pos is None else be.positions(k_pos, name="k_pos", device=dev)
@@ -1319,13 +1376,15 @@ def _run(
     ld = None if g is None else _total(g, m, xp)
     if docs is not None:  # a row whose documents changed forgets what came before
         ld = _row_log_decay(docs.runs, g, m, xp, plan.cdt)
-        return out, _state(S, z, off0 + m, kv_lead, xp, ld)
+        return out, _state(S, z, _row_offset(docs.runs, off0, m, xp), kv_lead, xp, ld)
     return out, _state(S, z, off0 + m, kv_lead, xp, _add_log_decay(ld0, ld))
 
 
 def _row_log_decay(runs: Array, g: Any, m: Any, xp: Namespace, cdt: DType) -> Array:
     """The log-decay of a row's last document (its gates' total), ``-inf`` where the row holds a
     boundary (the state of its last document combines with nothing before it)."""
+    if m == 0:  # no key: nothing decays, nothing is forgotten
+        return xp.sum(xp.astype(runs, cdt), axis=-1)  # (zeros, one per row)
     crossed = runs[..., -1] != runs[..., 0]
     total = xp.zeros_like(xp.astype(crossed, cdt))
     if g is not None:
@@ -1333,6 +1392,20 @@ def _row_log_decay(runs: Array, g: Any, m: Any, xp: Namespace, cdt: DType) -> Ar
         last = xp.astype(runs == runs[..., -1:], cdt)
         total = xp.sum(gt * last, axis=-1) + total
     return xp.where(crossed, xp.full_like(total, -math.inf), total)
+
+
+def _row_offset(runs: Array, off0: Any, m: Any, xp: Namespace) -> Any:
+    """Where each row's last document continues (the offset of a state of segment ids): its
+    tokens here, plus ``off0`` where the row holds no boundary (its last document is the one
+    the state continued)."""
+    if m == 0:
+        return off0
+    dt = runs.dtype
+    last = runs[..., -1:]
+    count = xp.sum(xp.astype(runs == last, dt), axis=-1, dtype=dt)
+    if is_array(off0) and off0.dtype != dt:
+        off0 = xp.astype(off0, dt)
+    return count + xp.astype(last[..., 0] == 0, dt) * off0
 
 
 def _doc_offsets(be: Backend, off0: Any, docs: Docs, dev: Device) -> Array:
@@ -1509,6 +1582,9 @@ def _attend(
             )
         carry = zero
     st = _linear.State(carry.S, carry.z)
+    if n == 0:  # no query (Dask refuses even a reduction over the features of no token)
+        lead, _ = chk.query_groups(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
+        return xp.zeros((*lead, 0, v.shape[-1]), dtype=out_dtype, device=dev), carry
     qsrc = _linear.Source((q, p), (-2, axis))
 
     def emit(c: Any, s: _linear.Source) -> tuple[Any, Array]:
@@ -1597,6 +1673,8 @@ def _doc_init(
     S0[doc_i]``, gathered ``chunk_size`` queries at a time (working memory of one chunk of
     states)."""
     T = a.shape[-2]
+    if T == 0:  # (no query)
+        return xp.zeros_like(a[..., :1]), None if c is None else xp.zeros_like(c[..., 0])
     size = max(1, call.size)
     groups = call.groups
     S0g, z0g = S0, z0
@@ -1646,7 +1724,7 @@ def _causal_part(
             ch, marks, carry, 1, call.plan, xp, dev, out_dtype, cumsum=cumsum, **kw
         )
         return after, out
-    if known and t == 0:
+    if t == 0:  # (no token: a static size everywhere; torch.compile specialises 0, symbolic sizes are >= 1)
         dt = out_dtype if out_dtype is not None else ch.v.dtype
         o = xp.zeros((*_out_lead(ch), 0, ch.v.shape[-1]), dtype=dt, device=dev)
         after = carry if carry is not None else _linear.Carry(*_empty_state(ch, xp), None)
@@ -1790,8 +1868,8 @@ def _linear_jit(
     segment_ids: Any,
     offsets: Any,
 ) -> tuple[Array, Array, Array, Any, Any]:
-    rope, causal, feature_map, similarity, eps, chunk_size, normalize, _ = statics
-    state = None if S0 is None else LinearAttentionState(S0, z0, 0 if offsets is None else offsets, ld0)
+    rope, causal, feature_map, similarity, eps, chunk_size, normalize, _, off0 = statics
+    state = None if S0 is None else LinearAttentionState(S0, z0, off0 if offsets is None else offsets, ld0)
     out, st = linear_attention(
         q,
         k,
@@ -1813,7 +1891,8 @@ def _linear_jit(
         cu_seqlens=cu_seqlens,
         segment_ids=segment_ids,
     )
-    return out, st.S, st.z, st.log_decay, st.offset if cu_seqlens is not None else None
+    has_docs = cu_seqlens is not None or segment_ids is not None
+    return out, st.S, st.z, st.log_decay, st.offset if has_docs else None
 
 
 def _state_jit(
