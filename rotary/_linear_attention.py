@@ -1398,8 +1398,8 @@ def _row_offset(runs: Array, off0: Any, m: Any, xp: Namespace) -> Any:
     """Where each row's last document continues (the offset of a state of segment ids): its
     tokens here, plus ``off0`` where the row holds no boundary (its last document is the one
     the state continued)."""
-    if m == 0:
-        return off0
+    if m == 0:  # (the caller's own offset, not the same array: what rotary returns is the caller's)
+        return xp.asarray(off0, copy=True) if is_array(off0) else off0
     dt = runs.dtype
     last = runs[..., -1:]
     count = xp.sum(xp.astype(runs == last, dt), axis=-1, dtype=dt)

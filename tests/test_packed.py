@@ -285,8 +285,9 @@ def _rows(backend, rng):
 def test_a_packed_stream_in_windows_continues_its_documents(backend, rng, gates):
     """Issue 50: a packed row cut after token 12, positions implied (``rope=``, no ``pos``):
     window 2 continued the state's document at the row's token count (12) where it is at 5 (0.31
-    off the one call in the issue's probe, 0.21 in ours).  The state's offset is the position in each row's last document, and the
-    continued document's positions go on from it, window by window or token by token."""
+    off the one call in the issue's probe, 0.21 in ours).  The state's offset is the position in
+    each row's last document, and the continued document's positions go on from it, window by
+    window or token by token."""
     q, k, v, lg = _rows(backend, rng)
     seg = backend.asarray(ROW_SEG, _int(backend))
     kw = {"rope": rotary.RoPE(D), "causal": True, "chunk_size": 4}
