@@ -69,12 +69,16 @@ class LinearAttentionState(NamedTuple):
     """Summary of the keys/values seen so far (see :mod:`rotary` linear attention).
 
     ``S``: ``(..., F, d_v)``, ``z``: ``(..., F)`` (``None`` for ``normalize=False``), ``offset``:
-    keys absorbed, ``log_decay``: the keys' total log-decay (``None`` without decay; ``-inf``
-    where a document boundary forgot everything before; ``(..., F)`` for gates per feature),
-    ``transition``: for the delta rule and ``a``/``b``, the block's map of the state before it
-    ``(..., F, F)`` (``None`` otherwise).  States of consecutive key blocks combine: ``earlier +
-    later`` is ``exp(later.log_decay) * earlier + later`` (a plain sum without decay), or
-    ``later.transition @ earlier + later`` (same library, shapes and dtypes).
+    keys absorbed, which is where the keys' document goes on (with packed documents: per
+    document for ``cu_seqlens``; for ``segment_ids``, per row, the tokens of the row's last
+    document, plus the state's where the row held no boundary), ``log_decay``: the keys' total
+    log-decay (``None`` without decay; ``-inf`` where a document boundary forgot everything
+    before; ``(..., F)`` for gates per feature), ``transition``: for the delta rule and
+    ``a``/``b``, the block's map of the state before it ``(..., F, F)`` (``None`` otherwise).
+    States of consecutive key blocks combine: ``earlier + later`` is ``exp(later.log_decay) *
+    earlier + later`` (a plain sum without decay), or ``later.transition @ earlier + later``
+    (same library, shapes and dtypes), its offset the sum, or ``later``'s own where ``later``
+    holds a boundary.
 
     Examples
     --------
@@ -106,9 +110,9 @@ class LinearAttentionState(NamedTuple):
         if other.transition is not None:  # (a rank-one family: the later block's whole map)
             M = _transition_of(other, "the later state")
             S = xp.matmul(M, S)
-            return LinearAttentionState(
-                S + other.S, None, self.offset + other.offset, None, _then(self, M, xp)
-            )
+            off = _added_offset(self.offset, other.offset, _row_decay(other))
+            ld = _add_log_decay(self.log_decay if self.transition is not None else None, other.log_decay)
+            return LinearAttentionState(S + other.S, None, off, ld, _then(self, M, xp))
         if other.log_decay is not None:
             keep = xp.exp(other.log_decay)
             per_feature = keep.ndim == S.ndim - 1
@@ -119,9 +123,8 @@ class LinearAttentionState(NamedTuple):
         if self.transition is not None:  # (a rank-one block, then a decay-only one)
             tr = _then(self, _decay_matrix(other.log_decay, S, xp), xp)
             ld = None
-        return LinearAttentionState(
-            S + other.S, None if z is None else z + other.z, self.offset + other.offset, ld, tr
-        )
+        off = _added_offset(self.offset, other.offset, _row_decay(other))
+        return LinearAttentionState(S + other.S, None if z is None else z + other.z, off, ld, tr)
 
     def __radd__(self, other: Any) -> LinearAttentionState:
         if isinstance(other, int) and not isinstance(other, bool) and other == 0:
@@ -184,6 +187,31 @@ def _add_log_decay(a: Any, b: Any) -> Any:
     if b is None:
         return a
     return a + b
+
+
+def _added_offset(a: Any, b: Any, b_log_decay: Any) -> Any:
+    """The offset of ``earlier + later`` (``a``, ``b`` theirs): the sum, or ``b``'s own where
+    ``b`` holds a document boundary (``log_decay`` ``-inf``: a state of packed documents, whose
+    offset is the position in its last document, begun inside it)."""
+    if b_log_decay is None or not is_array(b) or not is_array(b_log_decay):
+        return a + b
+    xp = array_namespace(b_log_decay)
+    fresh = b_log_decay == -math.inf
+    if fresh.ndim >= b.ndim:  # (a boundary is a row's: the same along the axes b broadcasts over)
+        if fresh.ndim > b.ndim:
+            fresh = xp.any(fresh, axis=tuple(range(fresh.ndim - b.ndim)))
+        axes = tuple(i for i in range(b.ndim) if b.shape[i] == 1 and fresh.shape[i] != 1)
+        if axes:
+            fresh = xp.any(fresh, axis=axes, keepdims=True)
+    return xp.where(fresh, b, a + b)
+
+
+def _row_decay(st: LinearAttentionState) -> Any:
+    """``st``'s log-decay as one per row (a boundary forgets every feature alike)."""
+    ld = st.log_decay
+    if ld is not None and is_array(ld) and is_array(st.S) and ld.ndim == st.S.ndim - 1:
+        return ld[..., 0]
+    return ld
 
 
 def _check_compatible(a: LinearAttentionState, b: LinearAttentionState) -> None:
@@ -251,6 +279,12 @@ class _UserMap:
         out = self.fn(x)
         if not is_array(out):
             raise not_an_array("feature_map", out, verb="return")
+        if out.ndim != x.ndim or tuple(out.shape[:-1]) != tuple(x.shape[:-1]):
+            raise ValueError(
+                f"feature_map must map (..., d) to (..., F), one feature vector per token (every axis "
+                f"but the last kept): given q or k (or a part of their tokens) of shape "
+                f"{tuple(x.shape)}, it returned shape {tuple(out.shape)}"
+            )
         return out
 
 
@@ -412,7 +446,12 @@ def _n_docs(cu: Any) -> int:
 
 
 def _state_arrays(
-    state: Any, xp: Namespace, want_S: tuple[Any, ...], want_z: tuple[Any, ...] | None, per_doc: bool = False
+    state: Any,
+    xp: Namespace,
+    want_S: tuple[Any, ...],
+    want_z: tuple[Any, ...] | None,
+    per_doc: bool = False,
+    per_row: bool = False,
 ) -> tuple[Array, Array | None, Any, Any]:
     if not isinstance(state, tuple) or len(state) not in (3, 4, 5):
         raise TypeError(f"state must be a LinearAttentionState(S, z, offset), got {type(state).__name__}")
@@ -452,22 +491,32 @@ def _state_arrays(
                 "similarity"
                 + ("; with cu_seqlens, one state per document: (..., n_docs, F, d_v)" if per_doc else "")
             )
-    _check_offset(offset, per_doc)
+    _check_offset(offset, per_doc, per_row)
+    if is_array(offset) and offset.ndim:
+        rows = want_S[-3:-2] if per_doc else want_S[:-2]
+        fits = tuple(offset.shape) == rows if per_doc else chk.broadcasts_to(tuple(offset.shape), rows)
+        if not fits:
+            raise ValueError(
+                f"state.offset has shape {tuple(offset.shape)} but these documents need "
+                + (f"one per document, shape {rows}, or one for all" if per_doc else "")
+                + (f"one per row, broadcasting to the leading axes of k and v {rows}" if per_row else "")
+            )
     return S, z, offset, log_decay
 
 
-def _check_offset(offset: Any, per_doc: bool = False) -> None:
+def _check_offset(offset: Any, per_doc: bool = False, per_row: bool = False) -> None:
     if isinstance(offset, bool) or not (
         isinstance(offset, numbers.Integral)
         or (
             is_array(offset)
-            and offset.ndim in ((0, 1) if per_doc else (0,))
+            and (per_row or offset.ndim in ((0, 1) if per_doc else (0,)))
             and chk.is_integral(offset.dtype)
         )
     ):
         raise TypeError(
             "state.offset must be an integer (or a 0-d integer array"
             + (", or one per document" if per_doc else "")
+            + (", or one per row" if per_row else "")
             + f"), got {type(offset).__name__} {offset!r}"
         )
 
@@ -686,10 +735,13 @@ def linear_attention_state(
     ``decay`` and ``log_gate`` weight each key by its decay to the end of the block); costs
     ``O(M d d_v)`` and computes no outputs.  States of consecutive blocks combine (``+``).
     With ``cu_seqlens``, one state per document (``(..., n_docs, F, d_v)``); with
-    ``segment_ids``, the state of each row's last document.  The recurrent families (``beta``,
-    ``u``, ``a``/``b``, a ``log_gate`` per key feature; see :func:`linear_attention`) give their
-    per-feature ``log_decay`` ``(..., F)``, or for the rank-one ones the block's ``transition``
-    ``(..., F, F)``: what ``+`` needs to put a block after another.
+    ``segment_ids``, the state of each row's last document (its offset: that document's tokens;
+    without ``pos``, a given ``rope`` rotates each document from 0, so a block whose first
+    document goes on from an earlier block needs its ``pos`` to combine with that block's state).
+    The recurrent families (``beta``, ``u``, ``a``/``b``, a ``log_gate`` per key feature; see
+    :func:`linear_attention`) give their per-feature ``log_decay`` ``(..., F)``, or for the
+    rank-one ones the block's ``transition`` ``(..., F, F)``: what ``+`` needs to put a block
+    after another.
 
     Examples
     --------
@@ -869,10 +921,11 @@ def _state_of_documents(
         marks = _linear.Marks(_tokens(gb, b.shape[-2], xp), rb)
         return _linear.absorb(carry, _linear.Chunk(None, None, b, e, vc), marks, xp, be.cumsum), None
 
-    carry, _ = be.scan(body, None, src, n=m, block=call.part)
-    if carry is None:
+    carry = None if m == 0 else be.scan(body, None, src, n=m, block=call.part)[0]
+    if carry is None:  # no key
         carry = _zero_carry(plan, F, v, kv_lead, be, dev)
-    return _state(carry.S, carry.z, m, kv_lead, xp, _row_log_decay(docs.runs, g, m, xp, plan.cdt))
+    ld = _row_log_decay(docs.runs, g, m, xp, plan.cdt)
+    return _state(carry.S, carry.z, _row_offset(docs.runs, 0, m, xp), kv_lead, xp, ld)
 
 
 def _sizes(chunk_size: Any, n: Any, be: Backend) -> tuple[int, int]:
@@ -1125,8 +1178,10 @@ def linear_attention(
     segment_ids : array, optional
         The same by per-token ids ``(..., N)`` (a change of id starts a document; fixed shapes:
         any packing of the same length is one compiled graph).  ``state=`` continues each row's
-        first document; ``return_state`` gives each row's last document's state (its
-        ``log_decay`` ``-inf`` where the row held a boundary: it combines with nothing before).
+        first document (without ``pos``, from the state's offset); ``return_state`` gives each
+        row's last document's state (its ``offset`` the position in that document, one per row:
+        a packed stream goes on window by window or token by token; its ``log_decay`` ``-inf``
+        where the row held a boundary: it combines with nothing before).
     beta : array, optional
         The delta rule (``causal=True, normalize=False``), one per key ``(..., N)``:
         ``S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T`` (DeltaNet; Gated
@@ -1257,11 +1312,14 @@ def linear_attention(
                 )
             S0, z0, off0 = state[:3]
             ld0 = state[3] if len(state) >= 4 else None
-            _check_offset(off0, cu_seqlens is not None)
+            _check_offset(off0, cu_seqlens is not None, segment_ids is not None)
         _namespace(q, k=k, v_=v)
-        per_doc_off = off0 if is_array(off0) and off0.ndim == 1 else None
+        # where documents continue: an array traced, a Python int a constant of the program
+        has_docs = cu_seqlens is not None or segment_ids is not None
+        doc_off = off0 if has_docs and is_array(off0) else None
+        statics = (*statics, off0 if has_docs and not is_array(off0) else 0)
         out, S, z, ld, off = be.jit(_linear_jit, (0,))(
-            statics, q, k, v, p, kp, key_mask, S0, z0, ld0, dec, lg, cu_seqlens, segment_ids, per_doc_off, exs
+            statics, q, k, v, p, kp, key_mask, S0, z0, ld0, dec, lg, cu_seqlens, segment_ids, doc_off, exs
         )
         if not chk.check_bool(return_state, "return_state"):
             return out
@@ -1461,7 +1519,14 @@ def _check_call(
         if cu_seqlens is not None:  # one state per document
             lead = (*kv_lead, _n_docs(cu_seqlens))
         want_z = (*lead, Fs) if plan.normalize else None
-        _state_arrays(state, xp, (*lead, Fs, v.shape[-1]), want_z, per_doc=cu_seqlens is not None)
+        _state_arrays(
+            state,
+            xp,
+            (*lead, Fs, v.shape[-1]),
+            want_z,
+            per_doc=cu_seqlens is not None,
+            per_row=segment_ids is not None,
+        )
     if fam is not None and n is None:
         raise ValueError(
             "the recurrent families (beta=, u=, a=/b=, per-feature log_gate) need a known sequence "
@@ -1578,7 +1643,7 @@ def _run(
     S0 = z0 = None
     if state is not None:
         S0, z0, off0 = state[:3]
-        _check_offset(off0, per_doc)
+        _check_offset(off0, per_doc, docs is not None and not per_doc)
         ld0 = state[3] if len(state) >= 4 else None
         if S0.dtype != plan.cdt:
             S0 = xp.astype(S0, plan.cdt)
@@ -1586,7 +1651,9 @@ def _run(
         if not per_doc:
             init = _linear.Carry(S0, z0, None)
     if docs is not None and pos is None and call.rope is not None:  # each document from 0
-        offs = _doc_offsets(be, off0, docs, dev) if per_doc and state is not None else None
+        offs = None  # (or, continuing a state, the continued documents from its offset)
+        if state is not None and not (type(off0) is int and off0 == 0):
+            offs = _doc_offsets(be, off0, docs, dev) if per_doc else off0
         pos = implied_positions(be, docs, offs)
     p, rng = (None, None) if pos is None else be.positions(pos, name="pos", device=dev)
     kp, krng = (p, rng) if k_pos is None else be.positions(k_pos, name="k_pos", device=dev)
@@ -1611,7 +1678,7 @@ def _run(
     ld = None if g is None else _total(g, m, xp)
     if docs is not None:  # a row whose documents changed forgets what came before
         ld = _row_log_decay(docs.runs, g, m, xp, plan.cdt)
-        return out, _state(S, z, off0 + m, kv_lead, xp, ld)
+        return out, _state(S, z, _row_offset(docs.runs, off0, m, xp), kv_lead, xp, ld)
     return out, _state(S, z, off0 + m, kv_lead, xp, _add_log_decay(ld0, ld))
 
 
@@ -1619,6 +1686,8 @@ def _row_log_decay(runs: Array, g: Any, m: Any, xp: Namespace, cdt: DType, pf: b
     """The log-decay of a row's last document (its gates' total; per feature where ``pf``),
     ``-inf`` where the row holds a boundary (the state of its last document combines with nothing
     before it)."""
+    if m == 0:  # no key: nothing decays, nothing is forgotten
+        return xp.sum(xp.astype(runs, cdt), axis=-1)  # (zeros, one per row)
     crossed = runs[..., -1] != runs[..., 0]
     total = xp.zeros_like(xp.astype(crossed, cdt))
     last = xp.astype(runs == runs[..., -1:], cdt)
@@ -1629,6 +1698,20 @@ def _row_log_decay(runs: Array, g: Any, m: Any, xp: Namespace, cdt: DType, pf: b
         gt = _tokens(g, m, xp)
         total = xp.sum(gt * last, axis=-1) + total
     return xp.where(crossed, xp.full_like(total, -math.inf), total)
+
+
+def _row_offset(runs: Array, off0: Any, m: Any, xp: Namespace) -> Any:
+    """Where each row's last document continues (the offset of a state of segment ids): its
+    tokens here, plus ``off0`` where the row holds no boundary (its last document is the one
+    the state continued)."""
+    if m == 0:  # (the caller's own offset, not the same array: what rotary returns is the caller's)
+        return xp.asarray(off0, copy=True) if is_array(off0) else off0
+    dt = runs.dtype
+    last = runs[..., -1:]
+    count = xp.sum(xp.astype(runs == last, dt), axis=-1, dtype=dt)
+    if is_array(off0) and off0.dtype != dt:
+        off0 = xp.astype(off0, dt)
+    return count + xp.astype(last[..., 0] == 0, dt) * off0
 
 
 def _doc_offsets(be: Backend, off0: Any, docs: Docs, dev: Device) -> Array:
@@ -1812,6 +1895,9 @@ def _attend(
             )
         carry = zero
     st = _linear.State(carry.S, carry.z)
+    if n == 0:  # no query (Dask refuses even a reduction over the features of no token)
+        lead, _ = chk.query_groups(tuple(q.shape[:-2]), kv_lead, names="q, k and v")
+        return xp.zeros((*lead, 0, v.shape[-1]), dtype=out_dtype, device=dev), carry
     qsrc = _linear.Source((q, p), (-2, axis))
 
     def emit(c: Any, s: _linear.Source) -> tuple[Any, Array]:
@@ -1900,6 +1986,8 @@ def _doc_init(
     S0[doc_i]``, gathered ``chunk_size`` queries at a time (working memory of one chunk of
     states)."""
     T = a.shape[-2]
+    if T == 0:  # (no query)
+        return xp.zeros_like(a[..., :1]), None if c is None else xp.zeros_like(c[..., 0])
     size = max(1, call.size)
     groups = call.groups
     S0g, z0g = S0, z0
@@ -1949,7 +2037,7 @@ def _causal_part(
             ch, marks, carry, 1, call.plan, xp, dev, out_dtype, cumsum=cumsum, **kw
         )
         return after, out
-    if known and t == 0:
+    if t == 0:  # (no token: a static size everywhere; torch.compile specialises 0, symbolic sizes are >= 1)
         dt = out_dtype if out_dtype is not None else ch.v.dtype
         o = xp.zeros((*_out_lead(ch), 0, ch.v.shape[-1]), dtype=dt, device=dev)
         after = carry if carry is not None else _linear.Carry(*_empty_state(ch, xp), None)
@@ -2094,11 +2182,22 @@ def _linear_jit(
     offsets: Any,
     extras: Any = None,
 ) -> tuple[Array, Array, Array, Any, Any]:
-    rope, causal, feature_map, similarity, eps, chunk_size, normalize, qk_l2norm, scale, want_state, _ = (
-        statics
-    )
+    (
+        rope,
+        causal,
+        feature_map,
+        similarity,
+        eps,
+        chunk_size,
+        normalize,
+        qk_l2norm,
+        scale,
+        want_state,
+        _,
+        off0,
+    ) = statics
     ex = NO_EXTRAS if extras is None else extras
-    state = None if S0 is None else LinearAttentionState(S0, z0, 0 if offsets is None else offsets, ld0)
+    state = None if S0 is None else LinearAttentionState(S0, z0, off0 if offsets is None else offsets, ld0)
     res = linear_attention(
         q,
         k,
@@ -2129,7 +2228,8 @@ def _linear_jit(
     if not want_state:
         return res, None, None, None, None
     out, st = res
-    return out, st.S, st.z, st.log_decay, st.offset if cu_seqlens is not None else None
+    has_docs = cu_seqlens is not None or segment_ids is not None
+    return out, st.S, st.z, st.log_decay, st.offset if has_docs else None
 
 
 def _state_jit(
@@ -2407,7 +2507,7 @@ def _run_recurrent(
     doc_S0 = None
     if state is not None:
         init, _, off0 = state[:3]
-        _check_offset(off0, per_doc)
+        _check_offset(off0, per_doc, docs is not None and not per_doc)
         ld0 = state[3] if len(state) >= 4 else None
         init = init if init.dtype == plan.cdt else xp.astype(init, plan.cdt)
         if per_doc:  # one state per document: each enters its own document
@@ -2415,7 +2515,9 @@ def _run_recurrent(
             doc_S0 = init
             init = xp.take(init, docs.runs[:1], axis=-3)[..., 0, :, :] if m else None
     if docs is not None and pos is None and call.rope is not None:  # each document from 0
-        offs = _doc_offsets(be, off0, docs, dev) if per_doc and state is not None else None
+        offs = None  # (or, continuing a state, the continued documents from its offset)
+        if state is not None and not (type(off0) is int and off0 == 0):
+            offs = _doc_offsets(be, off0, docs, dev) if per_doc else off0
         pos = implied_positions(be, docs, offs)
     p, rng = (None, None) if pos is None else be.positions(pos, name="pos", device=dev)
     if per_doc and return_state and fam.rank == "dplr":
@@ -2458,17 +2560,18 @@ def _run_recurrent(
     if call.groups > 1:  # (the caller's: not a view of the groups' buffer)
         S = be.owned(S[..., 0, :, :])
     ld = None
-    if fam.rank is None and g is not None:
-        if docs is not None:
-            ld = _row_log_decay(docs.runs, g, m, xp, plan.cdt, fam.per_feature)
-        else:
-            ld = xp.sum(g, axis=-2) if fam.per_feature else _total(g, m, xp)
-            if ld0 is not None and fam.per_feature and ld0.ndim == ld.ndim - 1:
-                ld0 = ld0[..., None]
-            ld = _add_log_decay(ld0, ld)
-    elif fam.rank is None and docs is not None:
-        ld = _row_log_decay(docs.runs, None, m, xp, plan.cdt)
-    st = _state(S, None, off0 + m, kv_lead, xp, ld)
+    off = off0 + m
+    if docs is not None:  # a row whose documents changed forgets what came before
+        # (the rank-one families' log-decay says only that: 0, or -inf where a boundary was)
+        gd = g if fam.rank is None else None
+        ld = _row_log_decay(docs.runs, gd, m, xp, plan.cdt, fam.per_feature and gd is not None)
+        off = _row_offset(docs.runs, off0, m, xp)
+    elif fam.rank is None and g is not None:
+        ld = xp.sum(g, axis=-2) if fam.per_feature else _total(g, m, xp)
+        if ld0 is not None and fam.per_feature and ld0.ndim == ld.ndim - 1:
+            ld0 = ld0[..., None]
+        ld = _add_log_decay(ld0, ld)
+    st = _state(S, None, off, kv_lead, xp, ld)
     return out, st._replace(transition=transition)
 
 
@@ -2573,15 +2676,14 @@ def _state_recurrent(
         M = xp.broadcast_to(Mc.S, (*kv_lead, F, F))
     S = carry.S
     ld = None
-    if fam.rank is None and g is not None:
-        ld = (
-            _row_log_decay(docs.runs, g, m, xp, call.plan.cdt, fam.per_feature)
-            if docs is not None
-            else (xp.sum(g, axis=-2) if fam.per_feature else _total(g, m, xp))
-        )
-    elif fam.rank is None and docs is not None:
-        ld = _row_log_decay(docs.runs, None, m, xp, call.plan.cdt)
-    return _state(S, None, m, kv_lead, xp, ld)._replace(transition=M)
+    off: Any = m
+    if docs is not None:
+        gd = g if fam.rank is None else None
+        ld = _row_log_decay(docs.runs, gd, m, xp, call.plan.cdt, fam.per_feature and gd is not None)
+        off = _row_offset(docs.runs, 0, m, xp)
+    elif fam.rank is None and g is not None:
+        ld = xp.sum(g, axis=-2) if fam.per_feature else _total(g, m, xp)
+    return _state(S, None, off, kv_lead, xp, ld)._replace(transition=M)
 
 
 def _step_values(be: Backend, x: Any, name: str, cdt: DType, k: Array) -> tuple[Array, Any]:

@@ -97,13 +97,20 @@ def _int_array(be: Backend, x: Any, name: str, device: Device) -> tuple[Any, Any
 
 
 def implied_positions(be: Backend, docs: Docs, offsets: Any = None) -> Array:
-    """The positions the documents imply: 0 at every document's first token (plus ``offsets``,
-    one per document of ``cu_seqlens``: where each continues)."""
+    """The positions the documents imply: 0 at every document's first token, plus ``offsets``
+    where documents continue a state: one per document of ``cu_seqlens``; with segment ids,
+    where each row's first document continues (an integer, or an array broadcasting against
+    the rows ``runs.shape[:-1]``), every later document of the row from 0."""
     xp = be.xp
     pos = _documents.positions_in_runs(docs.runs, xp)
-    if offsets is not None:
-        pos = pos + xp.take(offsets, docs.runs, axis=0)
-    return pos
+    if offsets is None:
+        return pos
+    if is_array(offsets) and offsets.dtype != pos.dtype:
+        offsets = xp.astype(offsets, pos.dtype)
+    if docs.cu is not None:
+        return pos + xp.take(offsets, docs.runs, axis=0)
+    first = xp.astype(docs.runs == 0, pos.dtype)  # (the row's first document: run 0)
+    return pos + first * (offsets[..., None] if is_array(offsets) else offsets)
 
 
 def positions_along(be: Backend, x: Array, cu_seqlens: Any, segment_ids: Any, x_name: str) -> Array:
@@ -179,6 +186,7 @@ def unnest(be: Backend, q: Array, k: Array, v: Array, pos: Any) -> Unnested | No
         if jp is None:
             raise TypeError("q, k and v are nested: pos must be nested too (one position per token), or None")
         be.check_same_documents(jq, jp, "q", "pos")
+        chk.check_nested_positions(tuple(jp.values.shape), "pos")
         p = jp.values
 
     def wrap(out: Array) -> Array:

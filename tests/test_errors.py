@@ -527,6 +527,22 @@ def test_26_export_keeps_eager_calls_real(rng):
 
 
 # -- smaller ones --------------------------------------------------------------------------------
+def test_27_a_feature_map_that_drops_tokens_is_named(backend, rng):
+    """Issue 50: a feature map that dropped tokens met a bare reshape or broadcast error deep
+    inside; it is refused naming the shapes it was given and returned."""
+    q = backend.asarray(_x(rng, (2, 6, 8)), "float32")
+    drop = lambda t: t[..., ::2, :] * 0 + 1  # noqa: E731
+    for causal in (True, False):
+        with pytest.raises(
+            ValueError, match=r"feature_map must map .*one feature vector per token.*it returned shape"
+        ):
+            rotary.linear_attention(q, q, q, np.arange(6), feature_map=drop, causal=causal)
+    with pytest.raises(
+        ValueError, match=r"feature_map must map .*one feature vector per token.*it returned shape"
+    ):
+        rotary.linear_attention_state(q, q, np.arange(6), feature_map=drop)
+
+
 def test_smaller_items(rng):
     q = _x(rng, (1, 4, 8))
     out = rotary.linear_attention(

@@ -114,6 +114,15 @@ def test_nested_refusals_name_a_remedy_that_works(rng):
         rotary.apply(x, other)
     with pytest.raises(ValueError, match="carry their documents"):
         rotary.linear_attention(x, x, x, None, cu_seqlens=[0, 13])
+    # positions (docs, tokens, 1): refused in the words rotate uses, naming what was passed
+    # (issue 50: the attentions named internal shapes, "pos of shape (13, 1) ... (2, 13)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pos = torch.nested.nested_tensor([torch.arange(n)[:, None] for n in LENGTHS], layout=torch.jagged)
+    for f in (rotary.rotate, rotary.linear_attention, rotary.attention):
+        args = (x, pos) if f is rotary.rotate else (x, x, x, pos)
+        with pytest.raises(ValueError, match=r"pos must be a nested array of one position per token"):
+            f(*args)
     # a strided nested tensor: refused, with the remedy spelled out; the remedy works
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -265,3 +265,245 @@ def test_no_python_loop_over_documents_under_compile_and_jit(rng):
         np.testing.assert_allclose(np.asarray(jf(q, k, v, seg)), want, rtol=2e-5, atol=2e-5)
     assert len(graphs) == 1, f"{len(graphs)} graphs for 4 packings"
     assert jf._cache_size() == 1
+
+
+# -- a packed stream in windows, decoding steps, calls of one and of no token (issue 50) ----------
+#: Two rows of one packed stream: documents of 3, 4 and 8 tokens, and of 10 and 5.
+ROW_LENGTHS = ((3, 4, 8), (10, 5))
+ROW_SEG = np.stack([np.repeat(np.arange(len(ls)), ls) for ls in ROW_LENGTHS])[:, None, :]  # (2, 1, 15)
+ROW_POS = np.stack([np.concatenate([np.arange(n) for n in ls]) for ls in ROW_LENGTHS])[:, None, :]
+
+
+def _rows(backend, rng):
+    n = ROW_SEG.shape[-1]
+    q, k, v = (backend.asarray(rng.normal(size=(2, H, n, w)), "float32") for w in (D, D, DV))
+    lg = backend.asarray(np.log(rng.uniform(0.5, 1.0, size=(2, H, n))), "float32")
+    return q, k, v, lg
+
+
+@pytest.mark.parametrize("gates", [False, True])
+def test_a_packed_stream_in_windows_continues_its_documents(backend, rng, gates):
+    """Issue 50: a packed row cut after token 12, positions implied (``rope=``, no ``pos``):
+    window 2 continued the state's document at the row's token count (12) where it is at 5 (0.31
+    off the one call in the issue's probe, 0.21 in ours).  The state's offset is the position in
+    each row's last document, and the continued document's positions go on from it, window by
+    window or token by token."""
+    q, k, v, lg = _rows(backend, rng)
+    seg = backend.asarray(ROW_SEG, _int(backend))
+    kw = {"rope": rotary.RoPE(D), "causal": True, "chunk_size": 4}
+    if gates:
+        kw.update(decay=0.9)
+
+    def gated(a, b):
+        return {"log_gate": lg[..., a:b]} if gates else {}
+
+    whole = to_numpy(rotary.linear_attention(q, k, v, segment_ids=seg, **kw, **gated(0, 15)))
+    for cut, want_offset in ((12, [5, 2]), (5, [2, 5])):
+        part = [(x[..., :cut, :], x[..., cut:, :]) for x in (q, k, v)]
+        o1, st = rotary.linear_attention(
+            *(p[0] for p in part), segment_ids=seg[..., :cut], return_state=True, **kw, **gated(0, cut)
+        )
+        assert to_numpy(st.offset).reshape(-1).tolist() == want_offset
+        o2 = rotary.linear_attention(
+            *(p[1] for p in part), segment_ids=seg[..., cut:], state=st, **kw, **gated(cut, 15)
+        )
+        assert_close(o1, whole[..., :cut, :], like=q, ulps=64)
+        assert_close(o2, whole[..., cut:, :], like=q, ulps=64)
+    # decoding: window 1, then one token at a time (one segment id per row)
+    _, st = rotary.linear_attention(
+        q[..., :12, :],
+        k[..., :12, :],
+        v[..., :12, :],
+        segment_ids=seg[..., :12],
+        return_state=True,
+        **kw,
+        **gated(0, 12),
+    )
+    for t in range(12, 15):
+        o, st = rotary.linear_attention(
+            *(x[..., t : t + 1, :] for x in (q, k, v)),
+            segment_ids=seg[..., t : t + 1],
+            state=st,
+            return_state=True,
+            **kw,
+            **gated(t, t + 1),
+        )
+        assert_close(o, whole[..., t : t + 1, :], like=q, ulps=64)
+    assert to_numpy(st.offset).reshape(-1).tolist() == [8, 5]
+
+
+def test_states_of_windows_combine_with_their_offsets(backend, rng):
+    """``earlier + later``: the later block's offset where it holds a boundary (it restarts),
+    else the sum; the sums equal the whole row's state (positions given: a block's state alone
+    cannot know where its first document began)."""
+    _, k, v, _ = _rows(backend, rng)
+    seg = backend.asarray(ROW_SEG, _int(backend))
+    pos = backend.asarray(ROW_POS, _int(backend))
+    whole = rotary.linear_attention_state(k, v, pos, segment_ids=seg)
+    assert to_numpy(whole.offset).reshape(-1).tolist() == [8, 5]
+    for cut in (12, 5):
+        a, b = (
+            rotary.linear_attention_state(k[..., s, :], v[..., s, :], pos[..., s], segment_ids=seg[..., s])
+            for s in (slice(0, cut), slice(cut, 15))
+        )
+        for st in (a + b, rotary.combine(a, b)):
+            assert to_numpy(st.offset).reshape(-1).tolist() == [8, 5]
+            assert_close(
+                st.S, to_numpy(whole.S), dtype="float32", ulps=32, scale=np.abs(to_numpy(whole.S)) + 1
+            )
+
+
+def _one_doc(kind, backend, n):
+    if kind == "cu_seqlens":
+        return {"cu_seqlens": backend.asarray(np.array([0, n]), _int(backend))}
+    return {"segment_ids": backend.asarray(np.zeros(n), _int(backend))}
+
+
+@pytest.mark.parametrize("kind", ["cu_seqlens", "segment_ids"])
+@pytest.mark.parametrize("n", [1, 0])
+def test_one_and_no_token_of_a_packed_row(backend, rng, kind, n):
+    """Issue 50: one token of a packed row (the decoding step) was refused everywhere (an
+    IndexError, "segment_ids of shape (0,)", "pos of shape (0,)", a reshape); no token with a
+    state per document failed in a concatenation.  Every packed function serves both: as the
+    same call without documents (one document from position 0), a state continued or kept."""
+    rope = rotary.RoPE(D)
+    q, k, v = (backend.asarray(rng.normal(size=(H, 3 + n, w)), "float32") for w in (D, D, DV))
+    new = [x[..., 3:, :] for x in (q, k, v)]
+    pos = backend.asarray(np.arange(n), _int(backend))
+    for causal in (True, False):
+        got = rotary.linear_attention(*new, rope=rope, causal=causal, **_one_doc(kind, backend, n))
+        assert_close(got, to_numpy(rotary.linear_attention(*new, pos, causal=causal)), like=q, ulps=16)
+        got = rotary.attention(*new, rope=rope, causal=causal, **_one_doc(kind, backend, n))
+        assert_close(got, to_numpy(rotary.attention(*new, pos, causal=causal)), like=q, ulps=16)
+    st = rotary.linear_attention_state(new[1], new[2], rope=rope, **_one_doc(kind, backend, n))
+    want = rotary.linear_attention_state(new[1], new[2], pos)
+    assert_close(
+        st.S[..., 0, :, :] if kind == "cu_seqlens" else st.S, to_numpy(want.S), dtype="float32", ulps=16
+    )
+    assert to_numpy(st.offset).reshape(-1).tolist() == [n]
+    assert_close(
+        rotary.rotate(new[0], **_one_doc(kind, backend, n)),
+        to_numpy(rotary.rotate(new[0], pos)),
+        like=q,
+        ulps=0,
+    )
+    # continuing a state of 3 tokens: one token goes on at position 3, no token keeps the state
+    _, st = rotary.linear_attention(
+        *(x[..., :3, :] for x in (q, k, v)),
+        rope=rope,
+        causal=True,
+        return_state=True,
+        **_one_doc(kind, backend, 3),
+    )
+    out, st2 = rotary.linear_attention(
+        *new, rope=rope, causal=True, state=st, return_state=True, **_one_doc(kind, backend, n)
+    )
+    full = rotary.linear_attention(q, k, v, np.arange(3 + n), causal=True)
+    assert_close(out, to_numpy(full)[..., 3:, :], like=q, ulps=32)
+    assert to_numpy(st2.offset).reshape(-1).tolist() == [3 + n]
+    if n == 0:
+        assert_close(st2.S, to_numpy(st.S), dtype="float32", ulps=0)
+
+
+def test_decoding_some_documents_of_a_ragged_batch(backend, rng):
+    """A state per document (``cu_seqlens``) goes on with one token for one document and none
+    for the others, or no token at all (the states unchanged)."""
+    rope = rotary.RoPE(D)
+    q, k, v = (backend.asarray(rng.normal(size=(H, 6, w)), "float32") for w in (D, D, DV))
+    cu = backend.asarray(np.array([0, 2, 5]), _int(backend))
+    _, st = rotary.linear_attention(
+        *(x[..., :5, :] for x in (q, k, v)), rope=rope, causal=True, cu_seqlens=cu, return_state=True
+    )
+    one = [x[..., 5:, :] for x in (q, k, v)]
+    o, st1 = rotary.linear_attention(
+        *one, rope=rope, causal=True, cu_seqlens=[0, 0, 1], state=st, return_state=True
+    )
+    alone = rotary.linear_attention(*(x[..., 2:6, :] for x in (q, k, v)), np.arange(4), causal=True)
+    assert_close(o, to_numpy(alone)[..., -1:, :], like=q, ulps=32)
+    assert to_numpy(st1.offset).tolist() == [2, 4]
+    assert_close(st1.S[..., 0, :, :], to_numpy(st.S[..., 0, :, :]), dtype="float32", ulps=0)
+    none = [x[..., :0, :] for x in (q, k, v)]
+    o, st0 = rotary.linear_attention(
+        *none, rope=rope, causal=True, cu_seqlens=[0, 0, 0], state=st, return_state=True
+    )
+    assert tuple(o.shape) == (H, 0, DV)
+    assert to_numpy(st0.offset).tolist() == [2, 3]
+    assert_close(st0.S, to_numpy(st.S), dtype="float32", ulps=0)
+
+
+def test_one_and_no_token_under_jax_jit(rng):
+    """The decoding step and an empty call of a packed row, traced by ``jax.jit``."""
+    jax = pytest.importorskip("jax")
+    rope = rotary.RoPE(D)
+    q, k, v = (rng.normal(size=(H, 13, w)).astype(np.float32) for w in (D, D, DV))
+    seg = np.repeat([0, 1], [4, 9])
+    whole = rotary.linear_attention(q, k, v, rope=rope, causal=True, segment_ids=seg)
+
+    @jax.jit
+    def step(q, k, v, seg, st):
+        return rotary.linear_attention(
+            q, k, v, rope=rope, causal=True, segment_ids=seg, state=st, return_state=True
+        )
+
+    _, st = rotary.linear_attention(
+        q[:, :12], k[:, :12], v[:, :12], rope=rope, causal=True, segment_ids=seg[:12], return_state=True
+    )
+    o, st1 = step(q[:, 12:], k[:, 12:], v[:, 12:], seg[12:], st)
+    assert_close(o, whole[:, 12:], dtype="float32", ulps=64)
+    assert int(st1.offset) == 9
+    o, st0 = step(q[:, :0], k[:, :0], v[:, :0], seg[:0], st)
+    assert o.shape == (H, 0, DV) and int(st0.offset) == 8
+    for causal in (True, False):
+        f = jax.jit(
+            lambda q, k, v, cu, c=causal: rotary.attention(q, k, v, rope=rope, causal=c, cu_seqlens=cu)
+        )
+        assert_close(f(q[:, :1], k[:, :1], v[:, :1], np.array([0, 1])), v[:, :1], dtype="float32", ulps=0)
+
+
+@pytest.mark.slow
+def test_one_and_no_token_under_torch_compile(rng):
+    """The decoding step and an empty call of a packed row under ``torch.compile(fullgraph=True)``
+    (an empty causal call failed there, packed or not: its chunks were indexed)."""
+    torch = pytest.importorskip("torch")
+    rope = rotary.RoPE(D)
+    q, k, v = (torch.from_numpy(rng.normal(size=(H, 13, w)).astype(np.float32)) for w in (D, D, DV))
+    seg = torch.from_numpy(np.repeat([0, 1], [4, 9]))
+    whole = rotary.linear_attention(q, k, v, rope=rope, causal=True, segment_ids=seg)
+
+    @torch.compile(fullgraph=True)
+    def step(q, k, v, seg, st):
+        return rotary.linear_attention(
+            q, k, v, rope=rope, causal=True, segment_ids=seg, state=st, return_state=True
+        )
+
+    _, st = rotary.linear_attention(
+        q[:, :12], k[:, :12], v[:, :12], rope=rope, causal=True, segment_ids=seg[:12], return_state=True
+    )
+    o, st1 = step(q[:, 12:], k[:, 12:], v[:, 12:], seg[12:], st)
+    assert_close(o, whole[:, 12:], like=q, ulps=64)
+    assert int(st1.offset) == 9
+    o, st0 = step(q[:, :0], k[:, :0], v[:, :0], seg[:0], st)
+    assert tuple(o.shape) == (H, 0, DV) and int(st0.offset) == 8
+
+
+def test_one_offset_for_all_documents(backend, rng):
+    """A state per document whose offset is one for all (an integer, or a 0-d array) goes on
+    from it, as the same offset given per document (JAX dropped it: 0.21 off on b44aa6a)."""
+    rope = rotary.RoPE(D)
+    q, k, v = (backend.asarray(rng.normal(size=(H, 6, w)), "float32") for w in (D, D, DV))
+    cu = backend.asarray(np.array([0, 2, 6]), _int(backend))
+    _, st = rotary.linear_attention(q, k, v, rope=rope, causal=True, cu_seqlens=cu, return_state=True)
+    want = rotary.linear_attention(
+        q,
+        k,
+        v,
+        rope=rope,
+        causal=True,
+        cu_seqlens=cu,
+        state=st._replace(offset=backend.asarray([7, 7], _int(backend))),
+    )
+    for off in (7, backend.asarray(np.array(7), _int(backend))):
+        got = rotary.linear_attention(
+            q, k, v, rope=rope, causal=True, cu_seqlens=cu, state=st._replace(offset=off)
+        )
+        assert_close(got, to_numpy(want), like=q, ulps=0)

@@ -214,11 +214,7 @@ class Backend:
                 )
             self.check_same_documents(j, jp, x_name, name)
             flat = jp.values
-            if flat.ndim != 1:
-                raise ValueError(
-                    f"{name} must be a nested array of one position per token (shape (docs, tokens)), "
-                    f"got values of shape {tuple(flat.shape)}"
-                )
+            v.check_nested_positions(tuple(flat.shape), name)
         return xp.reshape(flat, (flat.shape[0], *(1,) * (nv - 2 - a)))
 
     def check_same_documents(self, a: Jagged, b: Jagged, a_name: str, b_name: str) -> None:

@@ -386,6 +386,15 @@ def nonfinite_positions(name: str) -> ValueError:
     return ValueError(f"{name} contains NaN or infinite positions")
 
 
+def check_nested_positions(values_shape: tuple[Any, ...], name: str) -> None:
+    """Nested positions hold one position per token: flat values of one axis."""
+    if len(values_shape) != 1:
+        raise ValueError(
+            f"{name} must be a nested array of one position per token (shape (docs, tokens)), "
+            f"got values of shape {values_shape}"
+        )
+
+
 def positions_too_wide(name: str, largest: int, library: str) -> ValueError:
     return ValueError(
         f"{name} contains position {largest}, which does not fit the 32-bit integers of {library} "

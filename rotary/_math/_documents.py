@@ -35,6 +35,9 @@ def runs_from_cu_seqlens(
 def runs_from_segments(seg: Array, xp: Namespace, dtype: DType, cumsum: Any = None) -> Array:
     """``(..., N)``: run ids of segment ids ``seg`` (a new run wherever the id changes);
     ``cumsum(x, axis)``: the library's own cumulative sum, where the namespace's is a wrapper."""
+    n = seg.shape[-1]
+    if n is not None and n <= 1:  # (a static size) no boundary within 0 or 1 token
+        return xp.zeros_like(seg, dtype=dtype)
     change = xp.astype(seg[..., 1:] != seg[..., :-1], dtype)
     zero = xp.zeros_like(change[..., :1])
     marks = xp.concat([zero, change], axis=-1)
@@ -49,6 +52,8 @@ def positions_in_runs(runs: Array, xp: Namespace) -> Array:
     positions a packed sequence implies.  ``t - start``, the start the largest index at or before
     ``t`` where a run begins: a running maximum, by doubling (log2 N steps of shift and maximum)."""
     n = runs.shape[-1]
+    if n == 0:  # (a static size: no token)
+        return xp.zeros_like(runs)
     dt = runs.dtype
     t = xp.arange(n, dtype=dt, device=getattr(runs, "device", None))
     first = xp.concat([xp.ones_like(runs[..., :1], dtype=xp.bool), runs[..., 1:] != runs[..., :-1]], axis=-1)
