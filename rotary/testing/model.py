@@ -63,8 +63,10 @@ failure is diagnosed in words, each of them verified against the engine's own nu
   that the pair turns at no single frequency;
 * the attention factor of q and of k, and where it matches a known mistake (missing, applied
   twice, on one of them only, ``mscale`` ignored);
-* from which position on the engine is wrong (the first wrong position, searched between the
-  last right and the first wrong sampled ones), and from which its outputs are NaN;
+* from which position on the engine is wrong (the first wrong position: every position after
+  the last right sampled one checked, then bisected, and every one below it, up to ``2**18``;
+  where not every position below it was checked, said so), and from which its outputs are NaN
+  (the ``positions`` check fails there: NaN is neither a position computed nor a refusal);
 * a refusal that depends on the call's token count (a table sized by it);
 * for a scaling chosen per call (LongRoPE, dynamic NTK), calls of ``n`` and ``n + 1`` tokens
   where it switches, and a mistake seen only there said so.
@@ -146,6 +148,7 @@ __all__ = [
     "ModelCheck",
     "ModelRopeReport",
     "check_model_rope",
+    "import_target",
     "load_config",
     "make_adapter",
 ]
@@ -344,12 +347,30 @@ class _FunctionAdapter:
         return self._build(config, layer_type=layer_type, dtype=dtype)
 
 
+def import_target(spec: str) -> tuple[Any, str]:
+    """``(module, attribute)`` named by ``"module[:attribute]"`` or ``"path/to/file.py[:attribute]"``:
+    a file is imported as a module named after it, its folder put first on ``sys.path`` (so it
+    imports as a script run from there would, its neighbours too: no ``PYTHONPATH`` needed)."""
+    head, sep, attr = spec.rpartition(":") if ".py:" in spec else spec.partition(":")
+    if not sep:
+        head, attr = spec, ""
+    if head.endswith(".py") or "/" in head or os.sep in head:
+        path = os.path.abspath(os.path.expanduser(head))
+        if not os.path.isfile(path):
+            raise ImportError(f"no such file: {head}")
+        folder = os.path.dirname(path)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        head = os.path.splitext(os.path.basename(path))[0]
+    return importlib.import_module(head), attr
+
+
 def make_adapter(target: Any) -> Any:
     """An adapter from a module or object with ``build`` (and ``NAME``, ``version``), a
-    ``"module"`` / ``"module:attribute"`` string naming one, or a bare ``build`` function."""
+    ``"module"`` / ``"module:attribute"`` string naming one (or a ``"path/to/adapter.py"`` file,
+    :func:`import_target`), or a bare ``build`` function."""
     if isinstance(target, str):
-        mod_name, _, attr = target.partition(":")
-        obj: Any = importlib.import_module(mod_name)
+        obj, attr = import_target(target)
         for part in filter(None, attr.split(".")):
             obj = getattr(obj, part)
         target = obj
@@ -479,10 +500,12 @@ class _Layer:
         self.angle_rel, self.angle_coef = angle_error(kind, self.cfg.host_inv_freq(), dtype)
         self.ulps, self.heads = ulps, heads
         self.rng = np.random.default_rng(0)
+        self.scan_rng = np.random.default_rng(1)  # (the scans below the last right sampled position)
         # The rotation check is blind to the engine's factor (its own check measures it): the
         # features the engine scales are brought to the config's factor, per tensor.
         self.norm: tuple[tuple[float, np.ndarray], ...] = ()
         self.max_positions = 0  # (the config's max_position_embeddings)
+        self.nonfinite: dict[tuple[int, ...], list[str]] = {}  # (_nonfinite_words, per wrong positions)
 
     def run(self, pos: np.ndarray, q: np.ndarray, k: np.ndarray) -> _Call:
         rows = _rows(pos, self.n_rows)
@@ -512,11 +535,13 @@ class _Layer:
                 return _Call(pos, q, k, None, f"the engine returned shape {o.shape} for {x.shape}")
         return _Call(pos, q, k, out)
 
-    def call(self, pos: np.ndarray) -> _Call:
-        """The engine at ``pos`` on normal data exactly representable in the dtype."""
+    def call(self, pos: np.ndarray, rng: np.random.Generator | None = None) -> _Call:
+        """The engine at ``pos`` on normal data exactly representable in the dtype (drawn from
+        ``rng``, default the layer's own)."""
         n = pos.shape[0]
-        q = _data(self.rng, (n, self.heads[0], self.cfg.head_dim), self.dtype)
-        k = _data(self.rng, (n, self.heads[1], self.cfg.head_dim), self.dtype)
+        rng = self.rng if rng is None else rng
+        q = _data(rng, (n, self.heads[0], self.cfg.head_dim), self.dtype)
+        k = _data(rng, (n, self.heads[1], self.cfg.head_dim), self.dtype)
         return self.run(pos, q, k)
 
     def normalized(self, c: _Call) -> tuple[np.ndarray, ...]:
@@ -962,6 +987,14 @@ def _query_scale(eng: Any, model: hf.ModelRope, index: int, row: Any, code: froz
 
 def _positions(layer: _Layer, calls: list[_Call], context: int, row: Any) -> ModelCheck:
     calls = [c for c in calls if not c.switch]  # (each position is probed alone by the spread)
+    nonfinite = _nonfinite_words(layer, [c for c in calls if c.out is not None])
+    if nonfinite:  # (an output that is NaN is no position computed, and no refusal either)
+        return row(
+            "positions",
+            "fail",
+            math.inf,
+            f"{nonfinite[0]}: neither right nor refused (raise for the positions the engine cannot compute)",
+        )
     refused = sorted(
         ((int(p), c) for c in calls if c.out is None for p in np.atleast_1d(_scalar_pos(c))),
         key=lambda t: t[0],
@@ -1281,7 +1314,7 @@ def _truth_any(rope: Rope, x: np.ndarray, pos: np.ndarray) -> np.ndarray:
     bad = ~np.isfinite(pos)
     y = _truth(rope, x, np.where(bad, 0.0, pos))
     mask = bad if bad.ndim == 1 else bad.any(axis=0)
-    y[mask] = np.nan
+    y[mask, :, : _rope_config(rope).width] = np.nan  # (the features past the width pass through)
     return y
 
 
@@ -1445,43 +1478,78 @@ def _suspects(layer: _Layer) -> list[tuple[str, Callable[[np.ndarray, np.ndarray
     return out
 
 
+#: Past the last right sampled position, the kit checks up to :data:`SCAN_AFTER` positions in
+#: calls of :data:`SCAN_CALL` (then bisects); below it, every position up to :data:`SCAN_LIMIT`.
+SCAN_CALL = 4096
+SCAN_AFTER = 65536
+SCAN_LIMIT = 2**18
+
+
 def _first_wrong(
     layer: _Layer, calls: list[_Call], bad: list[int], test: Callable[[_Call], np.ndarray] | None = None
-) -> tuple[int, bool]:
-    """The first wrong position between the last right and the first wrong sampled positions:
-    every position after the last right one, in calls of up to 4096, up to 65536 of them (a
-    mistake need not stay wrong once it starts: float16 positions are right again at every even
-    one past 2048); past that, bisection.  ``(position, True)`` when every position before it
-    down to a sampled right one was checked right; ``(position, False)`` when not (nothing below
-    the first wrong sampled position was right, or the gap was bisected)."""
-    first = bad[0]
-    right = [int(p) for c in calls for p in _scalar_pos(c) if int(p) < first and int(p) not in bad]
-    if first < 0:
-        return first, False
-    lo, hi = max(right, default=-1), first  # lo right (-1: from position 0), hi wrong
+) -> tuple[int, bool, int]:
+    """The first wrong position, from the first wrong sampled one (``bad[0]``), as ``(position,
+    exact, below)``: every position below ``below`` was checked right, and ``exact`` when that is
+    every position below ``position``.
 
-    def wrong(ps: np.ndarray) -> np.ndarray:
-        c = layer.call(ps)
+    Every position after the last right sampled one is checked, in calls of :data:`SCAN_CALL`, up
+    to :data:`SCAN_AFTER` of them (a mistake need not stay wrong once it starts: float16
+    positions are right again at every even one past 2048); past that, a bisection (which assumes
+    it stays wrong).  Then every position below the last right sampled one that no call checked,
+    up to :data:`SCAN_LIMIT`, on data of their own (the draws of every other call unchanged): a
+    right sampled position says nothing of its neighbours (positions rounded to bfloat16 are right
+    at 1000 and wrong at 257), and a wrong one found there is the first."""
+    first = bad[0]
+    if first < 0:
+        return first, False, first
+
+    def wrong(ps: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+        c = layer.call(ps, rng)
         if c.out is None:
             return np.ones(ps.shape, dtype=bool)
         return test(c) if test is not None else layer.errors(c) > 1.0
 
-    start = lo + 1
-    while start < hi and start - lo <= 65536:
-        ps = np.arange(start, min(hi, start + 4096), dtype=np.int64)
+    checked = {int(p) for c in calls for p in _scalar_pos(c) if int(p) not in bad}
+    right = [p for p in checked if p < first]
+    lo0 = lo = max(right, default=-1)  # lo right (-1: from position 0), hi wrong
+    hi, found, exact, start = first, None, True, lo + 1
+    while start < hi and start - lo0 <= SCAN_AFTER:
+        ps = np.arange(start, min(hi, start + SCAN_CALL), dtype=np.int64)
         w = wrong(ps)
         if w.any():
-            return int(ps[int(np.argmax(w))]), True
+            found = int(ps[int(np.argmax(w))])
+            break
         start, lo = int(ps[-1]) + 1, int(ps[-1])
-    if start >= hi:
-        return hi, True
-    while hi - lo > 1:  # (a long gap: bisection, which assumes it stays wrong)
-        mid = (lo + hi) // 2
-        if wrong(np.array([mid], dtype=np.int64))[0]:
-            hi = mid
-        else:
-            lo = mid
-    return hi, False
+    if found is None and start < hi:
+        while hi - lo > 1:  # (a long gap: bisection, which assumes it stays wrong)
+            mid = (lo + hi) // 2
+            if wrong(np.array([mid], dtype=np.int64))[0]:
+                hi = mid
+            else:
+                lo = mid
+        exact = False
+    if found is None:
+        found = hi
+    top = 0  # (every position below top was checked right by the calls)
+    while top in checked:
+        top += 1
+    stop = min(lo0, found, SCAN_LIMIT)
+    for s0 in range(top, stop, SCAN_CALL):
+        ps = np.arange(s0, min(stop, s0 + SCAN_CALL), dtype=np.int64)
+        w = wrong(ps, layer.scan_rng)
+        if w.any():
+            return int(ps[int(np.argmax(w))]), True, int(ps[int(np.argmax(w))])
+    if stop < min(lo0, found):  # (below the last right sampled one, not every position checked)
+        return found, False, stop
+    return found, exact, found if exact else start
+
+
+def _first_seen(first: int, below: int, wrong: str = "wrong", right: str = "right") -> str:
+    """How a first wrong position that :func:`_first_wrong` could not prove first was found."""
+    return (
+        f"first seen {wrong} at position {first} of the positions checked (every position below "
+        f"{below} checked {right}, and some past it)"
+    )
 
 
 def _diagnose(layer: _Layer, calls: list[_Call], bad: list[int]) -> str:
@@ -1501,9 +1569,8 @@ def _diagnose(layer: _Layer, calls: list[_Call], bad: list[int]) -> str:
             )
         tail = [f"wrong in {' and in '.join(parts)}, and right in every other call checked"]
     elif bad:
-        first, exact = _first_wrong(layer, calls, bad)
-        seen = f"first seen wrong at position {first} (of the positions checked)"
-        tail = [f"wrong from position {first} on" if exact else seen]
+        first, exact, checked = _first_wrong(layer, calls, bad)
+        tail = [f"wrong from position {first} on" if exact else _first_seen(first, checked)]
         if isinstance(layer.cfg.scaling, (LongRoPE, DynamicNTK)):
             # (a scaling chosen per call: which positions are wrong depends on the call)
             tail = [f"{tail[0]} in the calls checked (the scaling depends on each call's length)"]
@@ -1613,12 +1680,13 @@ def _nonfinite_words(layer: _Layer, calls: list[_Call]) -> list[str]:
     bad = sorted({int(p) for c in calls if c.out is not None for p in _scalar_pos(c)[_nonfinite(c)]})
     if not bad:
         return []
-    first, exact = _first_wrong(layer, calls, bad, lambda c: _nonfinite(c))
-    if exact:
-        return [f"the engine's outputs are NaN or infinite from position {first} on"]
-    return [
-        f"the engine's outputs are NaN or infinite, first seen at position {first} (of the positions checked)"
-    ]
+    if tuple(bad) not in layer.nonfinite:  # (the rotation and the positions check both say it)
+        first, exact, below = _first_wrong(layer, calls, bad, lambda c: _nonfinite(c))
+        words = f"the engine's outputs are {_first_seen(first, below, 'NaN or infinite', 'finite')}"
+        if exact:
+            words = f"the engine's outputs are NaN or infinite from position {first} on"
+        layer.nonfinite[tuple(bad)] = [words]
+    return layer.nonfinite[tuple(bad)]
 
 
 def _nonfinite(c: _Call) -> np.ndarray:
