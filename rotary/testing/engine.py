@@ -209,6 +209,12 @@ def config_rope(config: Mapping[str, Any], layer_type: str | None, library: str)
     import rotary
 
     model = rotary.hf.model_rope(config, angles="float32")
+    if not model.layers:  # (a config without its layers: its one RoPE, as the kit reads it)
+        try:
+            rotary.hf.mrope_from_hf(config)
+        except ValueError:
+            return rotary.hf.from_hf(config, angles="float32", layer_type=layer_type)
+        raise Unsupported(f"{library} has no M-RoPE (one position per token)")
     types = model.layer_types
     found = [
         (i, r)
