@@ -18,7 +18,7 @@ base=10000, base_rescale_factor=1.0)`` shared by every layer; nothing reads a ``
 names a model.  As for rotary-embedding-torch, the adapter takes the config's meaning from
 :func:`rotary.testing.engine.config_rope` and maps it onto the arguments a user porting the
 checkpoint writes: ``dim`` = the rotated features (``rotary_emb_dim``: x-transformers' default is
-half the head, ``max(dim_head // 2, 32)``, so a port of a whole-head RoPE must set it), ``base`` =
+half the head, ``dim_head // 2``, so a port of a whole-head RoPE must set it), ``base`` =
 the base, ``interpolation_factor`` = linear scaling's factor.  Anything else (YaRN, Llama 3,
 LongRoPE, dynamic NTK: ``base_rescale_factor`` is a fixed NTK-aware base; M-RoPE; an attention
 factor; a query scale) is ``Unsupported``.
