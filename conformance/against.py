@@ -20,7 +20,6 @@ demands exact angles, as ``rotary`` guarantees).
 
 from __future__ import annotations
 
-import importlib
 import math
 import traceback
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from rotary.testing import Backend, check_rope, eps, to_numpy
+from rotary.testing.model import import_target
 
 from . import vectors
 
@@ -39,12 +39,13 @@ GOLDEN_ULPS = 16.0
 
 
 def load_target(spec: str) -> Callable[[Any, Any], Any]:
-    """The callable named by ``"package.module:function"`` (or ``module:Class.attribute``)."""
-    mod_name, sep, attr = spec.partition(":")
+    """The callable named by ``"package.module:function"`` (or ``module:Class.attribute``, or
+    ``path/to/file.py:function``: :func:`rotary.testing.model.import_target`)."""
+    mod_name, sep, attr = spec.rpartition(":") if ".py:" in spec else spec.partition(":")
     if not sep or not mod_name or not attr:
         raise ValueError(f"--against takes MODULE:FUNCTION (e.g. mypackage.rope:rotate), got {spec!r}")
     try:
-        obj: Any = importlib.import_module(mod_name)
+        obj, _ = import_target(spec)
     except ImportError as e:
         raise ValueError(f"cannot import {mod_name!r} for --against: {e}") from None
     for part in attr.split("."):

@@ -359,6 +359,22 @@ class PositionsInFloat16(Rotary):
         return a, b
 
 
+class PositionsInDataDtype(Rotary):
+    """Positions built in the data's dtype before the angles (rotary-embedding-torch's
+    ``arange(n, dtype=t.dtype) + offset``): exact in float32; in bfloat16 wrong from 257 (256 in
+    bfloat16), in float16 from 2049 and infinite from 65520 on, where cos and sin are NaN and the
+    rotated features with them (the features past the rotated width pass through)."""
+
+    def rotate(self, rope, q, k, pos):  # type: ignore[no-untyped-def]
+        with np.errstate(over="ignore"):
+            p = to_dtype(pos.astype(np.float32), self.dtype).astype(np.float64)
+        inf = ~np.isfinite(p)
+        a, b = (np.array(t, dtype=np.float64) for t in self.apply(rope, q, k, np.where(inf, 0.0, p)))
+        w = rope.config.width
+        a[inf, :, :w], b[inf, :, :w] = np.nan, np.nan
+        return a, b
+
+
 # -- issue 43's planted mistakes (tests/test_kit_words.py) ------------------------------------------
 class OffByOne(Rotary):
     """Every position one too far (a KV cache's length added twice, a 1-based position)."""

@@ -5,9 +5,9 @@ explain every failure, and the engines re-certified where they install.
   finding naming its engine and case, with its reproduction and output committed; every adapter
   imports without its engine.
 * In CI: rotary itself (``rotary_self``), the engines that install in seconds (``pip install
-  --no-deps --target``, beside the test environment, never into it: mistral-inference, torchtitan)
-  and liger-kernel (in the test extras) are run again from the committed code: each row must equal
-  the committed one field for field, messages included.
+  --no-deps --target``, beside the test environment, never into it: mistral-inference, torchtitan),
+  liger-kernel (in the test extras) and rotary-embedding-torch (a peer) are run again from the
+  committed code: each row must equal the committed one field for field, messages included.
 * ``pytest -m engines`` with ``ROTARY_ENGINE_VENVS`` (a folder of ``<engine>/venv``, made with each
   adapter's ``INSTALL`` recipe): every engine's row again, and every reproduction.
 """
@@ -174,6 +174,18 @@ def test_liger_gives_the_committed_row() -> None:
     pytest.importorskip("liger_kernel")
     pytest.importorskip("transformers")
     _same_row("liger", _worker("liger", list(CASES)))
+
+
+@pytest.mark.slow
+def test_rotary_embedding_torch_gives_the_committed_row() -> None:
+    # (a peer of the test environment: its positions built in the data's dtype, issue 50)
+    pytest.importorskip("rotary_embedding_torch")
+    from importlib.metadata import version
+
+    want = next(e for e in REPORT["engines"] if e["module"] == "rotary_embedding_torch")["version"]
+    if version("rotary-embedding-torch") != want:
+        pytest.skip(f"rotary-embedding-torch {version('rotary-embedding-torch')} here; the row is {want}'s")
+    _same_row("rotary_embedding_torch", _worker("rotary_embedding_torch", list(CASES)))
 
 
 def test_the_generator_writes_a_scratch_report_unless_asked_to_update(tmp_path: Path) -> None:

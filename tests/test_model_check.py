@@ -278,3 +278,33 @@ def test_an_attention_factor_applied_twice_is_named() -> None:
     rep = check_model_rope(M.FactorTwice(), CASES["yarn"].config, dtypes=("float32",))
     assert "the attention factor is applied twice" in _diag(rep, "softmax_scale")
     assert rep.failed == ["softmax_scale"]  # (cos and sin carry the config's factor)
+
+
+@pytest.mark.parametrize("target", ["adapters/my_adapter.py", "adapters/my_adapter.py:build"])
+def test_command_line_takes_a_standalone_adapter_file(tmp_path: Path, target: str) -> None:
+    # (issue 50, 10: --against with a file outside any package needed PYTHONPATH; the file's
+    # folder is importable now, so its neighbouring modules are too)
+    folder = tmp_path / "adapters"
+    folder.mkdir()
+    (folder / "helper_of_mine.py").write_text(
+        "import rotary\n\n\ndef rope(config, layer_type):\n"
+        "    return rotary.hf.from_hf(config, angles='float32', layer_type=layer_type)\n"
+    )
+    (folder / "my_adapter.py").write_text(
+        "from helper_of_mine import rope\n\nNAME, INSTALL = 'mine', ''\n\n\n"
+        "def version():\n    return '1.0'\n\n\n"
+        "def build(config, *, layer_type, dtype):\n    r = rope(config, layer_type)\n\n"
+        "    class Rope:\n        def rotate(self, q, k, positions):\n"
+        "            return r.apply(q, k, positions[:, None])\n\n    return Rope()\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    res = subprocess.run(
+        [*_CLI, "--against", target, "--config", "default", "--dtypes", "float32", "--out", "o", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(HERE.parent)},  # (rotary's checkout alone, as an install gives)
+    )
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert res.stdout.strip() == "all checks hold"

@@ -152,7 +152,8 @@ def test_wrong_from_the_first_wrong_position_not_the_first_sampled_one() -> None
     # sampled positions.
     for dtype in ("float32", "bfloat16", "float16"):
         rep = check_model_rope(M.PositionsInFloat16(), CASES["default"].config, dtypes=(dtype,))
-        assert rep.failed == ["rotation"], str(rep)
+        # (its outputs are NaN from 65520 on: the positions check fails there too, issue 50)
+        assert rep.failed == ["rotation", "positions"], str(rep)
         assert "wrong from position 2049 on" in rep["rotation"].message, rep["rotation"].message
 
 

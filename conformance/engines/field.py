@@ -60,6 +60,9 @@ ENGINES = (
     "executorch",
     "ggml",
     "sglang",
+    "rotary_embedding_torch",
+    "x_transformers",
+    "olmo_core",
 )
 #: The report's rows: rotary itself (the reference, checked like any engine), then the engines.
 ROWS = ("rotary_self", *ENGINES)

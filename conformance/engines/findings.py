@@ -434,4 +434,19 @@ FINDINGS: tuple[Finding, ...] = (
         "prompt is off by 3.3 at position 99.",
         "sglang/repro_dynamic_static.py",
     ),
+    Finding(
+        "rotary_embedding_torch",
+        "positions built in the data's dtype: wrong from 257 in bfloat16, NaN from 65520 in float16",
+        "engine bug",
+        ("default", "linear", "partial", "partial_neox", "interleaved", "layer_types"),
+        "``RotaryEmbedding.get_seq_pos`` builds the positions as ``torch.arange(seq_len, "
+        "dtype=t.dtype) + offset``, in the data's dtype, before its float32 angles "
+        "(``rotate_queries_or_keys``): a bfloat16 token at position 257 is rotated at 256 (error "
+        "0.97 against the float64 rotation), a float16 one at 2049 at 2048, and float16 positions "
+        "from 65520 on are infinite, so the rotated features are NaN.  float32 is exact.  A call "
+        "of several tokens from an offset rounds twice (``arange`` alone, then the sum), so its "
+        "numbers also depend on where the call starts.  Building the positions in float32 (the "
+        "dtype of its ``freqs``) fixes it.",
+        "rotary_embedding_torch/repro_positions_in_data_dtype.py",
+    ),
 )

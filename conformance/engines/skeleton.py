@@ -19,7 +19,11 @@ The protocol (:mod:`rotary.testing.engine`) in six rules:
    :class:`Unsupported` with the reason.
 2. ``q``/``k`` arrive in the **Hugging Face checkpoint's feature order**.  If your engine's
    converter permutes the q/k weights (llama.cpp's ``convert_hf_to_gguf.py``, Meta's), apply that
-   permutation before your engine and its inverse after (:func:`_converter_order`).
+   permutation before your engine and its inverse after (:func:`_converter_order`).  If your
+   library ships no converter, apply the permutation a port of the checkpoint must apply
+   (:func:`rotary.testing.engine.converter_order`) and say so in your docstring.  If it takes
+   only an offset, not positions, call it once per run of consecutive positions
+   (:func:`rotary.testing.engine.offset_runs`): the kit's positions are not contiguous.
 3. A dtype your engine has no RoPE in is **not supported**: raise :class:`Unsupported`; never
    compute in another dtype on its behalf.
 4. Declare how your engine forms its angles (``angles``: one of

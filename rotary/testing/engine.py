@@ -25,7 +25,15 @@ Feature order
     checkpoint so that the engine rotates adjacent pairs) sees other features: the adapter applies
     that same permutation to ``q`` and ``k`` before the engine and its inverse after (see
     ``conformance/engines/torchtune.py``).  Without it, the checker reports the engine's pairing as
-    the other layout.
+    the other layout.  A library that ships no converter (a building block such as
+    rotary-embedding-torch) gets the permutation a port of the checkpoint must apply:
+    :func:`converter_order`.
+
+Offsets
+    ``positions`` are not contiguous (and repeat: each feature is rotated alone at a few
+    positions), up to ``2**20 + 3``.  An engine that takes only an offset is called once per run
+    of consecutive positions (:func:`offset_runs`), or once per token where its numbers at a
+    position depend on where its call starts.
 
 Dtypes
     The checker asks for each dtype apart.  An engine that has no RoPE in a dtype (ggml has no
@@ -82,6 +90,9 @@ __all__ = [
     "adapter_files",
     "adapter_site",
     "angle_error",
+    "config_rope",
+    "converter_order",
+    "offset_runs",
     "raised_by_adapter",
     "round_to",
 ]
@@ -157,6 +168,91 @@ def angle_error(kind: str, inv_freq: np.ndarray, dtype: str) -> tuple[np.ndarray
         rel = 2 * (1.5 * i + 2) * 2.0**-23
         return rel, max(2 * 2.0**-23, float(np.max(rel * w, initial=0.0)))
     raise ValueError(f"EngineRope.angles must be one of {sorted(ANGLE_KINDS)}; got {kind!r}")
+
+
+def offset_runs(positions: Any) -> list[tuple[int, int, int]]:
+    """``positions`` ``(tokens,)`` cut into runs of consecutive positions, for an engine that takes
+    only an offset (``rotate(x, offset=o)`` turns ``x``'s token ``j`` at position ``o + j``): one
+    ``(start, stop, offset)`` per run, tokens ``start .. stop - 1`` at positions ``offset ..
+    offset + stop - start - 1``.  One engine call per run: a call at positions ``0 .. n - 1`` is
+    one run; a repeated or isolated position is a run of one token.
+
+    Examples
+    --------
+    >>> from rotary.testing.engine import offset_runs
+    >>> offset_runs([0, 1, 2, 4095, 4096, 7, 7])
+    [(0, 3, 0), (3, 5, 4095), (5, 6, 7), (6, 7, 7)]
+    """
+    p = np.asarray(positions, dtype=np.int64).reshape(-1)
+    if p.size == 0:
+        return []
+    cuts = np.flatnonzero(np.diff(p) != 1) + 1
+    starts = np.concatenate([[0], cuts])
+    stops = np.concatenate([cuts, [p.size]])
+    return [(int(a), int(b), int(p[a])) for a, b in zip(starts, stops, strict=True)]
+
+
+def config_rope(config: Mapping[str, Any], layer_type: str | None, library: str) -> Any:
+    """The config's RoPE for ``layer_type`` (:class:`rotary.RoPE`, read by :func:`rotary.hf.model_rope`
+    with float32 angles), for an adapter of a library that reads no config and ships no model
+    table: what a user porting the checkpoint writes by hand, to map onto the library's arguments
+    (``.config.base``, ``.config.width``, ``.config.layout``, ``.config.scaling``...).  Raises
+    :class:`Unsupported` naming ``library`` for M-RoPE and a query scale, which no such library has.
+
+    Examples
+    --------
+    >>> from rotary.testing.engine import config_rope
+    >>> rope = config_rope({"hidden_size": 256, "num_attention_heads": 4, "rope_theta": 1e6}, None, "lib")
+    >>> rope.config.base, rope.config.width, rope.config.layout
+    (1000000.0, 64, 'half')
+    """
+    import rotary
+
+    model = rotary.hf.model_rope(config, angles="float32")
+    if not model.layers:  # (a config without its layers: its one RoPE, as the kit reads it)
+        try:
+            rotary.hf.mrope_from_hf(config)
+        except ValueError:
+            return rotary.hf.from_hf(config, angles="float32", layer_type=layer_type)
+        raise Unsupported(f"{library} has no M-RoPE (one position per token)")
+    types = model.layer_types
+    found = [
+        (i, r)
+        for i, r in enumerate(model.layers)
+        if r is not None and (layer_type is None or (types is not None and types[i] == layer_type))
+    ]
+    if not found or not isinstance(found[0][1], rotary.RoPE):
+        raise Unsupported(f"{library} has no M-RoPE (one position per token)")
+    if model.query_scale(found[0][0], np.array([0, 2**20])) is not None:
+        raise Unsupported(f"{library} has no query scale (Llama 4 / Ministral 3 attention temperature)")
+    return found[0][1]
+
+
+def converter_order(layout: str, width: int, head_dim: int, engine: str = "interleaved") -> np.ndarray:
+    """Where each feature of an engine pairing features in the ``engine`` layout comes from in a
+    checkpoint of ``layout`` (``q_engine = q_checkpoint[..., order]``): for an engine that rotates
+    adjacent pairs, the permutation llama.cpp's and Meta's converters apply to the rows of
+    ``q_proj``/``k_proj`` per head, interleaving the halves of a half-layout head's ``width``
+    rotated features, ``[0, w/2, 1, w/2 + 1, ...]`` (the rest kept); for a rotate-half engine and
+    an interleaved checkpoint, its inverse; the identity where the layouts agree.
+    ``np.argsort(order)`` takes the engine's outputs back to the checkpoint's order.
+
+    Examples
+    --------
+    >>> from rotary.testing.engine import converter_order
+    >>> converter_order("half", 4, 6).tolist()
+    [0, 2, 1, 3, 4, 5]
+    >>> converter_order("interleaved", 4, 6, engine="half").tolist()
+    [0, 2, 1, 3, 4, 5]
+    >>> converter_order("interleaved", 6, 6, engine="half").tolist()
+    [0, 2, 4, 1, 3, 5]
+    """
+    order = np.arange(head_dim)
+    if layout == engine:
+        return order
+    h = width // 2
+    order[:width] = np.stack([np.arange(h), np.arange(h) + h], axis=-1).reshape(-1)
+    return order if layout == "half" else np.argsort(order)
 
 
 def round_to(x: Any, dtype: str) -> np.ndarray:
