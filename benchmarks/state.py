@@ -55,7 +55,7 @@ def _scenarios(quick: bool) -> list[tuple[str, tuple[str, ...], Callable[[], Any
         pass
     for lib, conv in libs:
         q, k, p = conv(dq), conv(dk), conv(dp)
-        decode = (*_DECODE, "decode_rows") if lib == "torch" else _DECODE
+        decode = (*_DECODE, "decode_rows")
         out.append((f"{lib} decode RoPE.apply", decode, lambda q=q, k=k, p=p: rope.apply(q, k, p)))
         out.append(
             (f"{lib} decode rotary.apply", (*decode, "ropes"), lambda q=q, k=k, p=p: rotary.apply(q, k, p))
@@ -73,7 +73,7 @@ def _scenarios(quick: bool) -> list[tuple[str, tuple[str, ...], Callable[[], Any
         out.append(
             (
                 f"{lib} decode linear_attention",
-                ("constants", "position_table", "signatures", "plans", "namespaces"),
+                ("constants", "position_table", "decode_rows", "signatures", "plans", "namespaces"),
                 lambda q=lq, k=lk, v=lv, st=lst: rotary.linear_attention(
                     q, k, v, 4096, causal=True, state=st, return_state=True
                 ),

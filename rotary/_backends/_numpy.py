@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .._lib._cache import Held, fast_paths_enabled
+from .._lib._cache import fast_paths_enabled, get_or_build
 from .._lib._typing import Array, DType, Layout
 from .._math._rotation import pair_partners
 from . import _eager
@@ -178,22 +178,18 @@ class NumpyBackend(Backend):
         ):
             return None
         h, dev = rotary_dim // 2, self.creation_device(q)
-        held = Held()  # (the table at every position, while the cache keeps it)
 
         def rows(p: int) -> tuple[Array, Array]:
             n = 4096
             while n <= p:
                 n *= 2
-            table = held.peek(n)
-            if table is None:
 
-                def make() -> tuple[Array, int]:
-                    t = self.position_table(build, config, dev, dtype, p)
-                    c, s = t[:, None, :h], t[:, None, h:]
-                    return sized(np.concatenate([c, -s, s], axis=1))  # (rows, 3, r/2): cos, -sin, sin
+            def make() -> tuple[Array, int]:
+                t = self.position_table(build, config, dev, dtype, p)
+                c, s = t[:, None, :h], t[:, None, h:]
+                return sized(np.concatenate([c, -s, s], axis=1))  # (rows, 3, r/2): cos, -sin, sin
 
-                table = held.get(n, (config, "decode_rows", n, self.key, dev, dtype), make, "decode_rows")
-            row = table[p]
+            row = get_or_build((config, "decode_rows", n, self.key, dev, dtype), make, "decode_rows")[p]
             return row[0], row[1:]
 
         return rows

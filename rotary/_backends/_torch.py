@@ -38,7 +38,7 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 
 from .._lib import _validation as v
-from .._lib._cache import Held, fast_paths_enabled, get_or_build, register_library
+from .._lib._cache import fast_paths_enabled, get_or_build, register_library
 from .._lib._typing import Array, Device, DType, Layout, Namespace
 from .._math._rotation import pair_partners
 from . import _eager
@@ -830,21 +830,17 @@ class TorchBackend(Backend):
         ):
             return None
         dev, h = self.creation_device(q), rotary_dim // 2
-        held = Held()  # (the table at every position, while the cache keeps it)
 
         def rows(p: int) -> tuple[Array, Array]:
             n = 4096
             while n <= p:
                 n *= 2
-            table = held.peek(n)
-            if table is None:
 
-                def make() -> tuple[Array, int]:
-                    c, s = self.position_table(build, config, dev, dtype, p).split_with_sizes([h, h], 1)
-                    return sized(torch.stack([torch.cat([c, c], 1), torch.cat([-s, s], 1)], 1))
+            def make() -> tuple[Array, int]:
+                c, s = self.position_table(build, config, dev, dtype, p).split_with_sizes([h, h], 1)
+                return sized(torch.stack([torch.cat([c, c], 1), torch.cat([-s, s], 1)], 1))
 
-                table = held.get(n, (config, "decode_rows", n, dev, dtype), make, "decode_rows")
-            C2, S2 = table[p].unbind(0)
+            C2, S2 = get_or_build((config, "decode_rows", n, dev, dtype), make, "decode_rows")[p].unbind(0)
             return C2, S2
 
         return rows

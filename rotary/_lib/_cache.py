@@ -36,7 +36,6 @@ from ._validation import check_bool, check_int
 
 __all__ = [
     "CacheInfo",
-    "Held",
     "cache_info",
     "clear_cache",
     "context_clean",
@@ -167,46 +166,37 @@ class _Cache:
         self._lock = threading.RLock()
         self.limit = limit
         self.hits = self.misses = self.evictions = 0
-        # bumped before anything that can make a stored value stop being the stored one (a
-        # store, an eviction, a clear, a kind switched off): what a Held may still serve
-        self.generation = 0
 
     @property
     def nbytes(self) -> int:
         return sum([n for _, n in list(self._data.values())])
 
-    def get(self, key: Hashable) -> tuple[Any, int]:
-        """The value stored under ``key`` (``None``: none) and the generation it is valid in."""
+    def get(self, key: Hashable) -> Any:
         with self._lock:
             hit = self._data.get(key)
             if hit is None:
                 self.misses += 1
-                return None, self.generation
+                return None
             self._data.move_to_end(key)
             self.hits += 1
-            return hit[0], self.generation
+            return hit[0]
 
-    def put(self, key: Hashable, value: Any, nbytes: int) -> int | None:
-        """Store ``value``; the generation it is stored in (``None``: not kept)."""
+    def put(self, key: Hashable, value: Any, nbytes: int) -> None:
         with self._lock:
-            self.generation += 1
             self._data.pop(key, None)
             if nbytes <= self.limit:
                 self._data[key] = (value, nbytes)
             self._shrink()
-            return self.generation if key in self._data else None
 
     def _shrink(self) -> None:
         held = self.nbytes
         while held > self.limit and self._data:
-            self.generation += 1
             _, (_, n) = self._data.popitem(last=False)
             held -= n
             self.evictions += 1
 
     def clear(self) -> None:
         with self._lock:
-            self.generation += 1
             self._data.clear()
             self.hits = self.misses = self.evictions = 0
 
@@ -216,7 +206,6 @@ class _Cache:
         held = not self._lock.acquire(blocking=False)
         self._lock = threading.RLock()
         if held:
-            self.generation += 1
             self._data = collections.OrderedDict()
 
 
@@ -233,56 +222,19 @@ def get_or_build(key: Hashable, build: Callable[[], tuple[V, int]], kind: StateK
     modes); its value is stored only when that scope is a plain eager one
     (:func:`context_clean`).  The value returned is made valid in the caller's context.
     """
-    return _get_or_build(key, build, kind)[0]
-
-
-def _get_or_build(key: Hashable, build: Callable[[], tuple[V, int]], kind: StateKind) -> tuple[V, int | None]:
-    """:func:`get_or_build`, and the cache's generation in which the value is the stored one
-    (``None``: it is not stored)."""
     hashable = _hashable(key)
     if kind not in _OFF and hashable:
-        hit, gen = _CACHE.get(key)
+        hit = _CACHE.get(key)
         if hit is not None:
-            return _adapt(hit), gen
+            return _adapt(hit)
     with _build_scope():
         value, nbytes = build()
         # (a key that cannot be hashed, e.g. a library's unhashable device object, is never
         # stored: the value is built for each call, never guessed from another key)
         keep = kind not in _OFF and hashable and context_clean()
-    stored = None
     if keep:  # (read-only where the library allows: a stored value is rotary's, never the caller's)
-        stored = _CACHE.put(key, _compat.freeze(value), nbytes)
-    return _adapt(value), stored
-
-
-class Held:
-    """One value of the byte cache that a decoding plan keeps between its calls: read again
-    without a lookup while nothing has changed in the cache since (no value stored, evicted or
-    cleared, no kind of state switched off: the cache's generation), so a decoding loop finds
-    its table in one comparison at every position.  ``tag`` tells apart the values one plan
-    holds in turn (a table's size).  Read it only where a stored value needs no adapting to
-    the context (a backend's fast path: a plain eager scope); a value that is not stored (a
-    kind switched off, a cache limit of 0, an unclean context) is never held."""
-
-    __slots__ = ("_held",)
-
-    def __init__(self) -> None:
-        self._held: tuple[int, Hashable, Any] = (-1, None, None)  # (one tuple: read and replaced at once)
-
-    def peek(self, tag: Hashable) -> Any:
-        """The value held with ``tag``, still the stored one; ``None`` otherwise."""
-        gen, held_tag, value = self._held
-        return value if gen == _CACHE.generation and held_tag == tag else None
-
-    def get(self, tag: Hashable, key: Hashable, build: Callable[[], tuple[V, int]], kind: StateKind) -> V:
-        """:func:`get_or_build`'s value, held with ``tag`` where it is stored."""
-        gen, held_tag, value = self._held
-        if gen == _CACHE.generation and held_tag == tag:
-            return value
-        value, stored = _get_or_build(key, build, kind)
-        if stored is not None:
-            self._held = (stored, tag, value)
-        return value
+        _CACHE.put(key, _compat.freeze(value), nbytes)
+    return _adapt(value)
 
 
 def _hashable(key: Hashable) -> bool:
@@ -344,13 +296,11 @@ def without(*kinds: StateKind) -> Iterator[None]:
     if bad:
         raise ValueError(f"unknown state kinds {sorted(bad)}; expected some of {STATE_KINDS}")
     old = set(_OFF)
-    _CACHE.generation += 1  # (what a Held keeps is read again: the kinds may be off)
     _OFF.update(kinds)
     _compat.memo_types(enabled="namespaces" not in _OFF)
     try:
         yield
     finally:
-        _CACHE.generation += 1
         _OFF.clear()
         _OFF.update(old)
         _compat.memo_types(enabled="namespaces" not in _OFF)
