@@ -233,12 +233,14 @@ class Backend:
         return False
 
     def few_rows(
-        self, key: Hashable, make: Callable[[Device], tuple[Any, int]], x: Array, pos: Array, rows: int
+        self, key: Hashable, make: Callable[[Device, int], tuple[Any, int]], x: Array, pos: Array, rows: int
     ) -> tuple[Array, Array] | None:
-        """A decoding step's fast path: for a few integer positions ``(batch, seq)`` in
-        ``[0, rows)``, the rows of the two tables ``make(device)`` builds (``(rows, width)`` each,
-        kept in the byte cache under ``key`` and the device); ``None`` where the backend has no
-        such path or the arguments are not on its allowlist (the caller's generic code runs)."""
+        """A decoding step's fast path: for a few non-negative integer positions ``(batch, seq)``
+        in one block ``[start, start + rows)`` (``start`` a multiple of ``rows``), the rows of the
+        two tables ``make(device, start)`` builds for the block's positions (``(rows, width)``
+        each, kept in the byte cache under ``key``, the device and ``start``: a long context
+        decodes block after block); ``None`` where the backend has no such path or the arguments
+        are not on its allowlist (the caller's generic code runs)."""
         return None
 
     def owned(self, x: Array) -> Array:

@@ -633,7 +633,7 @@ class TorchBackend(Backend):
         return fast(*inputs, grads=grads)
 
     def few_rows(
-        self, key: Hashable, make: Callable[[Device], tuple[Any, int]], x: Array, pos: Array, rows: int
+        self, key: Hashable, make: Callable[[Device, int], tuple[Any, int]], x: Array, pos: Array, rows: int
     ) -> tuple[Array, Array] | None:
         if not (
             type(pos) is torch.Tensor
@@ -644,18 +644,28 @@ class TorchBackend(Backend):
             and fast(x, pos)
         ):
             return None
-        if pos.numel() == 1:
+        one = pos.numel() == 1
+        if one:
             lo = hi = int(pos)
         else:
             host = pos.numpy()
             if host.size == 0:
                 return None
             lo, hi = int(host.min()), int(host.max())
-        if lo < 0 or hi >= rows:
-            return None
+        start = lo - lo % rows
+        if lo < 0 or hi >= start + rows or hi >= v.MAX_POSITION:
+            return None  # (negative, or across two blocks: the generic code)
         dev = x.device
-        ta, tb = get_or_build((key, "torch", dev), lambda: make(dev), "position_table")
-        flat = pos.reshape(-1)
+
+        def build() -> tuple[Any, int]:  # (each row shaped as one position's (1, 1, width))
+            tables, nbytes = make(dev, start)
+            return tuple(t.view(t.shape[0], 1, 1, t.shape[-1]) for t in tables), nbytes
+
+        ta, tb = get_or_build((key, "torch", dev, start), build, "position_table")
+        if one:  # (a copy of one row each: no index tensor)
+            i = lo - start
+            return ta[i].clone(), tb[i].clone()
+        flat = pos.reshape(-1) if start == 0 else pos.reshape(-1) - start
         shape = (*pos.shape, ta.shape[-1])
         return torch.index_select(ta, 0, flat).view(shape), torch.index_select(tb, 0, flat).view(shape)
 
