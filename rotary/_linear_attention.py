@@ -1107,8 +1107,10 @@ def _state_positions(be: Backend, state: Any, q: Array, k: Array, docs: bool) ->
     if docs or not isinstance(state, tuple) or len(state) < 3 or n is None or n != k.shape[-2]:
         return None
     off = state[2]
-    if type(off) is int:
-        return off if n == 1 else be.xp.arange(off, off + n, device=be.creation_device(q))
+    if type(off) is int:  # (host positions: every library takes them, JAX without an implicit transfer)
+        import numpy as np
+
+        return off if n == 1 else np.arange(off, off + n)
     if not (is_array(off) and off.ndim == 0 and chk.is_integral(off.dtype)):
         return None
     return off if n == 1 else off + be.xp.arange(n, dtype=off.dtype, device=be.creation_device(q))
