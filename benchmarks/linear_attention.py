@@ -5,10 +5,12 @@
 Shapes ``(1, heads, N, d=64)``, float32, CPU, one thread (BLAS, torch and XLA).  Side by side in
 one run (interleaved rounds, :func:`benchmarks._timing.compare`):
 
-* against what a user writes without rotary (:mod:`benchmarks.linear_hand`), at ``N = 64k``
-  with 4 heads, in torch, NumPy and under ``jax.jit``: causal (a chunk-64 loop carrying
-  ``(S, z)``; target: rotary at most 1.1x), non-causal (two einsums; at most 1.1x), a decoding
-  step (one token from a state; at most 1.3x), and flash-linear-attention's naive chunk where
+* against what a user writes without rotary, at ``N = 64k`` with 4 heads, in torch, NumPy and
+  under ``jax.jit``: the careful code (:mod:`benchmarks.linear_careful`, the targets' baseline)
+  and the hurried one (:mod:`benchmarks.linear_hand`), causal (target: rotary at most 1.0x the
+  careful code) and non-causal (at most 1.0x), a decoding loop (one token from a carried state,
+  positions 1000 to 1199) once per form of the position (an int, ``[t]``, a 0-d or ``(1,)``
+  array, none with ``rope=``; at most 1.2x), and flash-linear-attention's naive chunk where
   ``fla`` is installed;
 * packed documents (10,000 of 1-16 tokens, 4 of 16k) against one unpacked call of the same
   tokens: at most 1.2x;
