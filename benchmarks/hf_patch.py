@@ -8,7 +8,8 @@ offset by 0, 2^16, 2^20, 2^22, 2^24 (``tests/test_hf_patch.py``'s ``logit_errors
 
 Timing (``python3 -m benchmarks --only hfpatch``): one forward of a small Llama 3.1 model
 (prefill at offset 2^20), patched against unpatched, side by side in one run; and the call of
-its rotary embedding module alone, the part the patch replaces.
+its rotary embedding module alone, the part the patch replaces: 1024 positions, and a decoding
+step at position 4095 and 100,000 of its 131,072-position context and at 2^20 of a 2^21 one.
 
 Usage: ``python3 benchmarks/hf_patch.py [--plot docs/img/hf_patch_error.png]``
 """
@@ -137,9 +138,33 @@ def bench_patch(quick: bool, reps: int) -> list[Any]:
     peer = f"{emb}: transformers"
     targets = {f"{emb}: patched (exact)": (peer, 1.25), f"{emb}: patched (float32)": (peer, 1.25)}
     rows += _rows("HF patch", "torch eager", compare(cases, reps=reps, inner=20), targets, floor=None)
-    # a decoding step: the module's call at one position (of a long context)
-    x1, p1 = torch.zeros(1, 1, cfg.hidden_size), torch.tensor([[4095]])
-    one = "rotary_emb, decoding step (1 position)"
+    # a decoding step: the module's call at one position, early and far into long contexts (each
+    # block of 4096 positions has its rows: the block's table is built before the timing)
+    rows += _decoding_rows(base, exact, f32, cfg.hidden_size, 4095, reps)
+    rows += _decoding_rows(base, exact, f32, cfg.hidden_size, 100_000, reps)
+    cfg2 = transformers.AutoConfig.for_model(**{**cfg.to_dict(), "max_position_embeddings": 2**21})
+    torch.manual_seed(0)
+    base2 = transformers.AutoModelForCausalLM.from_config(cfg2).eval()
+    exact2 = rotary.hf.patch(copy.deepcopy(base2), angles="exact")
+    f32_2 = rotary.hf.patch(copy.deepcopy(base2), angles="float32")
+    return rows + _decoding_rows(base2, exact2, f32_2, cfg2.hidden_size, 2**20, reps)
+
+
+#: The patched module's decoding step against the unpatched one's, at any position (issue 49).
+DECODE_TARGET = 1.3
+
+
+def _decoding_rows(base: Any, exact: Any, f32: Any, hidden: int, position: int, reps: int) -> list[Any]:
+    """The rotary embedding module's call at one position of ``base``'s context
+    (``max_position_embeddings`` in the label): patched (exact, float32) against transformers."""
+    import torch
+
+    from ._timing import compare
+    from .rope import _rows
+
+    x1, p1 = torch.zeros(1, 1, hidden), torch.tensor([[position]])
+    context = base.config.max_position_embeddings
+    one = f"rotary_emb, decoding step at {position:,} of {context:,}"
 
     def step(model: Any) -> Any:
         module = model.model.rotary_emb
@@ -151,8 +176,11 @@ def bench_patch(quick: bool, reps: int) -> list[Any]:
         f"{one}: transformers": step(base),
     }
     peer = f"{one}: transformers"
-    targets = {f"{one}: patched (exact)": (peer, 1.5), f"{one}: patched (float32)": (peer, 1.5)}
-    return rows + _rows(
+    targets = {
+        f"{one}: patched (exact)": (peer, DECODE_TARGET),
+        f"{one}: patched (float32)": (peer, DECODE_TARGET),
+    }
+    return _rows(
         "HF patch", "torch eager", compare(cases, reps=reps, warmup=50, inner=200), targets, floor=None
     )
 

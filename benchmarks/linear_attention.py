@@ -5,10 +5,12 @@
 Shapes ``(1, heads, N, d=64)``, float32, CPU, one thread (BLAS, torch and XLA).  Side by side in
 one run (interleaved rounds, :func:`benchmarks._timing.compare`):
 
-* against what a user writes without rotary (:mod:`benchmarks.linear_hand`), at ``N = 64k``
-  with 4 heads, in torch, NumPy and under ``jax.jit``: causal (a chunk-64 loop carrying
-  ``(S, z)``; target: rotary at most 1.1x), non-causal (two einsums; at most 1.1x), a decoding
-  step (one token from a state; at most 1.3x), and flash-linear-attention's naive chunk where
+* against what a user writes without rotary, at ``N = 64k`` with 4 heads, in torch, NumPy and
+  under ``jax.jit``: the careful code (:mod:`benchmarks.linear_careful`, the targets' baseline)
+  and the hurried one (:mod:`benchmarks.linear_hand`), causal (target: rotary at most 1.0x the
+  careful code) and non-causal (at most 1.0x), a decoding loop (one token from a carried state,
+  positions 1000 to 1199) once per form of the position (an int, ``[t]``, a 0-d or ``(1,)``
+  array, none with ``rope=``; at most 1.2x), and flash-linear-attention's naive chunk where
   ``fla`` is installed;
 * packed documents (10,000 of 1-16 tokens, 4 of 16k) against one unpacked call of the same
   tokens: at most 1.2x;
@@ -377,31 +379,25 @@ def _fla_chunk() -> Callable[..., Any] | None:
 
 
 def _lib_cases(lib: str, n: int) -> dict[str, dict[str, Callable[[], Any]]] | None:
-    """``{"causal": {name: fn}, "noncausal": ..., "decode": ...}`` for one library, or ``None``."""
+    """``{"causal": {name: fn}, "noncausal": ...}`` for one library (``rotary``, the careful and
+    the hurried hand-written code), or ``None`` where the library is missing."""
     import rotary
 
+    from . import linear_careful as careful
     from . import linear_hand as hand
 
     qn, kn, vn, pn = _vs_inputs(n)
-    dq, dk, dv = (x[..., :1, :] for x in (qn, kn, vn))
-    st = rotary.linear_attention_state(kn[..., :256, :], vn[..., :256, :], pn[:256])
-    Sn, zn = np.asarray(st.S), np.asarray(st.z)
     if lib == "numpy":
-        state = rotary.LinearAttentionState(Sn, zn, 256)
         return {
             "causal": {
                 "rotary": lambda: rotary.linear_attention(qn, kn, vn, pn, causal=True),
-                "hand-written": lambda: hand.numpy_causal(qn, kn, vn),
+                CAREFUL: lambda: careful.numpy_causal(qn, kn, vn),
+                HURRIED: lambda: hand.numpy_causal(qn, kn, vn),
             },
             "noncausal": {
                 "rotary": lambda: rotary.linear_attention(qn, kn, vn, pn),
-                "hand-written": lambda: hand.numpy_noncausal(qn, kn, vn),
-            },
-            "decode": {
-                "rotary": lambda: rotary.linear_attention(
-                    dq, dk, dv, 256, causal=True, state=state, return_state=True
-                ),
-                "hand-written": lambda: hand.numpy_step(dq, dk, dv, Sn, zn, 256),
+                CAREFUL: lambda: careful.numpy_noncausal(qn, kn, vn),
+                HURRIED: lambda: hand.numpy_noncausal(qn, kn, vn),
             },
         }
     if lib == "torch":
@@ -410,23 +406,16 @@ def _lib_cases(lib: str, n: int) -> dict[str, dict[str, Callable[[], Any]]] | No
         except ImportError:
             return None
         q, k, v, p = (torch.from_numpy(x) for x in (qn, kn, vn, pn))
-        tq, tk, tv = (torch.from_numpy(np.ascontiguousarray(x)) for x in (dq, dk, dv))
-        S, z = torch.from_numpy(Sn), torch.from_numpy(zn)
-        state_t = rotary.LinearAttentionState(S, z, 256)
         cases = {
             "causal": {
                 "rotary": lambda: rotary.linear_attention(q, k, v, p, causal=True),
-                "hand-written": lambda: hand.torch_causal(q, k, v),
+                CAREFUL: lambda: careful.torch_causal(q, k, v),
+                HURRIED: lambda: hand.torch_causal(q, k, v),
             },
             "noncausal": {
                 "rotary": lambda: rotary.linear_attention(q, k, v, p),
-                "hand-written": lambda: hand.torch_noncausal(q, k, v),
-            },
-            "decode": {
-                "rotary": lambda: rotary.linear_attention(
-                    tq, tk, tv, 256, causal=True, state=state_t, return_state=True
-                ),
-                "hand-written": lambda: hand.torch_step(tq, tk, tv, S, z, 256),
+                CAREFUL: lambda: careful.torch_noncausal(q, k, v),
+                HURRIED: lambda: hand.torch_noncausal(q, k, v),
             },
         }
         fla = _fla_chunk()
@@ -442,66 +431,185 @@ def _lib_cases(lib: str, n: int) -> dict[str, dict[str, Callable[[], Any]]] | No
             return None
         q, k, v = (jnp.asarray(x) for x in (qn, kn, vn))
         p = jnp.asarray(pn, dtype=jnp.int32)
-        jq, jk, jv = (jnp.asarray(x) for x in (dq, dk, dv))
-        S, z = jnp.asarray(Sn), jnp.asarray(zn)
-        pos = jnp.asarray(256, dtype=jnp.int32)
         r_causal = jax.jit(lambda q, k, v, p: rotary.linear_attention(q, k, v, p, causal=True))
         r_non = jax.jit(lambda q, k, v, p: rotary.linear_attention(q, k, v, p))
-
-        def r_step(q: Any, k: Any, v: Any, S: Any, z: Any, p: Any) -> Any:
-            o, st = rotary.linear_attention(
-                q, k, v, p[None], causal=True, state=rotary.LinearAttentionState(S, z, 0), return_state=True
-            )
-            return o, st.S, st.z
-
-        r_step_j = jax.jit(r_step)
-        h_causal, h_non, h_step = (
-            jax.jit(hand.jax_causal),
-            jax.jit(hand.jax_noncausal),
-            jax.jit(hand.jax_step),
-        )
 
         def ready(f: Callable[..., Any], *a: Any) -> Callable[[], Any]:
             return lambda: jax.block_until_ready(f(*a))
 
         return {
-            "causal": {"rotary": ready(r_causal, q, k, v, p), "hand-written": ready(h_causal, q, k, v)},
-            "noncausal": {"rotary": ready(r_non, q, k, v, p), "hand-written": ready(h_non, q, k, v)},
-            "decode": {
-                "rotary": ready(r_step_j, jq, jk, jv, S, z, pos),
-                "hand-written": ready(h_step, jq, jk, jv, S, z, pos),
+            "causal": {
+                "rotary": ready(r_causal, q, k, v, p),
+                CAREFUL: ready(jax.jit(careful.jax_causal), q, k, v),
+                HURRIED: ready(jax.jit(hand.jax_causal), q, k, v),
+            },
+            "noncausal": {
+                "rotary": ready(r_non, q, k, v, p),
+                CAREFUL: ready(jax.jit(careful.jax_noncausal), q, k, v),
+                HURRIED: ready(jax.jit(hand.jax_noncausal), q, k, v),
             },
         }
     raise ValueError(lib)
 
 
-#: Targets of rotary against the hand-written code (time ratio, at most).
-VS_TARGETS = {"causal": 1.1, "noncausal": 1.1, "decode": 1.3}
+#: The decoding rows' positions: ``DECODE_FROM``, then one more per step, back to
+#: ``DECODE_FROM`` (and the state it started from) after ``DECODE_STEPS`` steps.
+DECODE_FROM, DECODE_STEPS = 1000, 200
+
+#: How a decoding step's position is passed (``"state offset"``: no ``pos``, ``rope=`` and
+#: the state's own offset), one row each.
+DECODE_FORMS = ("int", "[t] (list)", "0-d array", "(1,) array", "state offset")
 
 
-def versus(libs: tuple[str, ...], *, quick: bool, verbose: bool = True) -> list[dict]:
-    """rotary against the hand-written code of each library, side by side (interleaved rounds)."""
+def _loop(step: Callable[[int, Any], tuple[Any, Any]], state0: Any) -> Callable[[], Any]:
+    """A decoding loop's next step: ``step(t, state) -> (out, state)`` at positions
+    ``DECODE_FROM ..``, carrying the state (back to ``state0`` after ``DECODE_STEPS``)."""
+    box = [DECODE_FROM, state0]
+
+    def call() -> Any:
+        t, st = box
+        out, st = step(t, st)
+        box[0], box[1] = (t + 1, st) if t + 1 < DECODE_FROM + DECODE_STEPS else (DECODE_FROM, state0)
+        return out
+
+    return call
+
+
+def _decode_cases(lib: str, heads: int = VS_HEADS) -> dict[str, Callable[[], Any]] | None:
+    """One decoding step (one token, a carried state of ``DECODE_FROM`` tokens, positions
+    changing every step): rotary with each position form of :data:`DECODE_FORMS`, the careful
+    step (rows of precomputed tables, the state updated in place) and the hurried one (its
+    angles computed per step); under ``jax.jit``, rotary with a ``(1,)`` position array."""
+    import rotary
+
+    from . import linear_careful as careful
+    from . import linear_hand as hand
+
+    rng = np.random.default_rng(1)
+    qn, kn, vn = (rng.standard_normal((1, heads, 1, D), dtype=np.float32) * 0.5 for _ in range(3))
+    kh, vh = (rng.standard_normal((1, heads, DECODE_FROM, D), dtype=np.float32) * 0.5 for _ in range(2))
+    st = rotary.linear_attention_state(kh, vh, np.arange(DECODE_FROM))
+    Sn, zn = np.asarray(st.S), np.asarray(st.z)
+    steps = range(DECODE_FROM, DECODE_FROM + DECODE_STEPS)
+    rope = rotary.RoPE(D)  # (the default rope of linear_attention's positions)
+    if lib in ("numpy", "torch"):
+        if lib == "numpy":
+            conv: Callable[[Any], Any] = np.array
+            tables = careful.numpy_step_tables(2 * DECODE_FROM + DECODE_STEPS, D)
+            c_step, h_step = careful.numpy_step, hand.numpy_step
+        else:
+            try:
+                import torch
+            except ImportError:
+                return None
+            conv = torch.tensor
+            tables = careful.torch_step_tables(2 * DECODE_FROM + DECODE_STEPS, D)
+            c_step, h_step = careful.torch_step, hand.torch_step
+        q, k, v, S, z = (conv(x) for x in (qn, kn, vn, Sn, zn))
+        state0 = rotary.LinearAttentionState(S, z, DECODE_FROM)
+        given = {
+            "int": list(steps),
+            "[t] (list)": [[t] for t in steps],
+            "0-d array": [conv(t) for t in steps],
+            "(1,) array": [conv([t]) for t in steps],
+        }
+
+        def rot(form: str) -> Callable[[int, Any], tuple[Any, Any]]:
+            if form == "state offset":
+                return lambda t, st: rotary.linear_attention(
+                    q, k, v, causal=True, rope=rope, state=st, return_state=True
+                )
+            ps = given[form]
+            return lambda t, st: rotary.linear_attention(
+                q, k, v, ps[t - DECODE_FROM], causal=True, state=st, return_state=True
+            )
+
+        cases = {f"rotary, pos={f}": _loop(rot(f), state0) for f in DECODE_FORMS}
+        Sc, zc = conv(Sn), conv(zn)  # (the careful step's own, updated in place)
+        cases[CAREFUL] = _loop(lambda t, st: (c_step(q, k, v, Sc, zc, *tables, t), st), None)
+        cases[HURRIED] = _loop(_hurried(h_step, q, k, v), (S, z))
+        return cases
+    if lib == "jax":
+        try:
+            import jax
+            import jax.numpy as jnp
+        except ImportError:
+            return None
+        q, k, v, S, z = (jnp.asarray(x) for x in (qn, kn, vn, Sn, zn))
+        ps = [jnp.asarray([t], dtype=jnp.int32) for t in steps]
+        C, Sc = careful.jax_tables(2 * DECODE_FROM + DECODE_STEPS, D)
+
+        def r_step(q: Any, k: Any, v: Any, S: Any, z: Any, p: Any) -> Any:
+            o, st = rotary.linear_attention(
+                q, k, v, p, causal=True, state=rotary.LinearAttentionState(S, z, 0), return_state=True
+            )
+            return o, st.S, st.z
+
+        def jitted(f: Callable[..., Any], *consts: Any) -> Callable[[int, Any], tuple[Any, Any]]:
+            g = jax.jit(f)
+
+            def step(t: int, st: Any) -> tuple[Any, Any]:
+                o, S, z = jax.block_until_ready(g(q, k, v, *st, *consts, ps[t - DECODE_FROM]))
+                return o, (S, z)
+
+            return step
+
+        return {
+            "rotary, pos=(1,) array": _loop(jitted(r_step), (S, z)),
+            CAREFUL: _loop(jitted(careful.jax_step, C, Sc), (S, z)),
+            HURRIED: _loop(jitted(lambda q, k, v, S, z, p: hand.jax_step(q, k, v, S, z, p[0])), (S, z)),
+        }
+    raise ValueError(lib)
+
+
+def _hurried(step: Callable[..., Any], q: Any, k: Any, v: Any) -> Callable[[int, Any], tuple[Any, Any]]:
+    def f(t: int, st: Any) -> tuple[Any, Any]:
+        o, S, z = step(q, k, v, *st, t)
+        return o, (S, z)
+
+    return f
+
+
+#: The names of the baselines' cases and rows.
+CAREFUL, HURRIED = "careful hand-written", "hurried hand-written"
+
+#: Targets of rotary against the careful hand-written code (time ratio, at most).
+VS_TARGETS = {"causal": 1.0, "noncausal": 1.0, "decode": 1.2}
+
+
+def _versus_rows(lib: str, what: str, kind: str, t: Any) -> list[dict]:
+    """The rows of one comparison: each baseline's time, then each of rotary's cases against the
+    careful code (its target) and against the hurried one (informational)."""
+    rows = [_row(lib, f"{what}: {b}", t[b] * 1e3) for b in (CAREFUL, HURRIED)]
+    for name in t:
+        if name in (CAREFUL, HURRIED):
+            continue
+        tgt = VS_TARGETS[kind] if name.startswith("rotary") else None
+        rows.append(_row(lib, f"{what}: {name}", t[name] * 1e3, t.ratio(name, CAREFUL), CAREFUL, tgt))
+        rows.append(_row(lib, f"{what}: {name} (vs hurried)", None, t.ratio(name, HURRIED), HURRIED))
+    return rows
+
+
+def versus(libs: tuple[str, ...], *, quick: bool, verbose: bool = True, n: int | None = None) -> list[dict]:
+    """rotary against the careful and the hurried hand-written code of each library, side by
+    side (interleaved rounds): causal and non-causal at ``n`` tokens (default 64k, quick 8k),
+    and a decoding step with each position form."""
     from ._timing import compare
 
-    n = VS_N_QUICK if quick else VS_N
+    n = n or (VS_N_QUICK if quick else VS_N)
     rows = []
     label = {"numpy": "numpy", "torch": "torch", "jax": "jax.jit"}
     for lib in libs:
         cases = _lib_cases(lib, n)
         if cases is None:
             continue
-        for kind, fns in cases.items():
+        dec = _decode_cases(lib)
+        for kind, fns in (*cases.items(), *(() if dec is None else (("decode", dec),))):
             decode = kind == "decode"
             reps = (15 if quick else 25) if decode else (2 if quick else 3)
             t = compare(fns, reps=reps, warmup=1 if not decode else 3, inner=200 if decode else 1)
             what = "decoding step (1 token)" if decode else f"{kind} N={n}"
-            for name in fns:
-                if name == "hand-written":
-                    rows.append(_row(label[lib], f"{what}: hand-written", t[name] * 1e3))
-                    continue
-                tgt = VS_TARGETS[kind] if name == "rotary" else None
-                ratio = t.ratio(name, "hand-written")
-                rows.append(_row(label[lib], f"{what}: {name}", t[name] * 1e3, ratio, "hand-written", tgt))
+            rows += _versus_rows(label[lib], what, kind, t)
             if verbose:
                 print(
                     f"{label[lib]:8} {what:28} " + "  ".join(f"{k} {t[k] * 1e3:9.3f} ms" for k in fns),

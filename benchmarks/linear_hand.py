@@ -1,6 +1,8 @@
-"""Hand-written causal RoPE linear attention: what a user writes without rotary, per library.
+"""Hurried hand-written causal RoPE linear attention: what a user writes without rotary, per library.
 
-The baselines of ``benchmarks.linear_attention`` (and the second opinion of its tests): RoFormer's
+The hurried baselines of ``benchmarks.linear_attention`` (beside the careful ones of
+:mod:`benchmarks.linear_careful`, which the targets are set against), and the second opinion of
+its tests: RoFormer's
 equation 19 with ``elu + 1`` features, RoPE in the half layout at positions ``0 .. N-1`` with
 Hugging Face's float32 recipe (``cos``/``sin`` of ``pos * inv_freq`` over the whole sequence,
 precomputed), features and rotations of the whole sequence computed up front, then

@@ -55,7 +55,7 @@ def _scenarios(quick: bool) -> list[tuple[str, tuple[str, ...], Callable[[], Any
         pass
     for lib, conv in libs:
         q, k, p = conv(dq), conv(dk), conv(dp)
-        decode = (*_DECODE, "decode_rows") if lib == "torch" else _DECODE
+        decode = (*_DECODE, "decode_rows")
         out.append((f"{lib} decode RoPE.apply", decode, lambda q=q, k=k, p=p: rope.apply(q, k, p)))
         out.append(
             (f"{lib} decode rotary.apply", (*decode, "ropes"), lambda q=q, k=k, p=p: rotary.apply(q, k, p))
@@ -73,7 +73,7 @@ def _scenarios(quick: bool) -> list[tuple[str, tuple[str, ...], Callable[[], Any
         out.append(
             (
                 f"{lib} decode linear_attention",
-                ("constants", "position_table", "signatures", "plans", "namespaces"),
+                ("constants", "position_table", "decode_rows", "signatures", "plans", "namespaces"),
                 lambda q=lq, k=lk, v=lv, st=lst: rotary.linear_attention(
                     q, k, v, 4096, causal=True, state=st, return_state=True
                 ),
@@ -87,6 +87,7 @@ def _scenarios(quick: bool) -> list[tuple[str, tuple[str, ...], Callable[[], Any
                 lambda q=q, k=k, p=p: rope.apply(q, k, p),
             )
         )
+    out += _hf_scenarios()
     try:
         import jax
         import jax.numpy as jnp
@@ -101,6 +102,37 @@ def _scenarios(quick: bool) -> list[tuple[str, tuple[str, ...], Callable[[], Any
         )
     )
     return out
+
+
+def _hf_scenarios() -> list[tuple[str, tuple[str, ...], Callable[[], Any]]]:
+    """A patched Llama 3.1 rotary embedding module's decoding step at position 100,000 of its
+    131,072-position context (the rows of its block of 4096 positions are ``position_table``)."""
+    try:
+        import copy
+        import sys
+        from pathlib import Path
+
+        import torch
+        import transformers
+    except ImportError:  # pragma: no cover
+        return []
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from hf_families import BY_NAME  # (tests/: the published Llama 3.1 config.json)
+
+    transformers.logging.set_verbosity_error()
+    small = dict(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=1)
+    small |= dict(intermediate_size=512, vocab_size=1024)
+    cfg = transformers.AutoConfig.for_model(**{**copy.deepcopy(BY_NAME["Llama 3.1"].config), **small})
+    model = rotary.hf.patch(transformers.AutoModelForCausalLM.from_config(cfg).eval(), angles="exact")
+    module = model.model.rotary_emb
+    x, p = torch.zeros(1, 1, cfg.hidden_size), torch.tensor([[LONG_POS]])
+    return [
+        (
+            f"torch hf.patch decode at {LONG_POS} rotary_emb",
+            ("constants", "position_table", "namespaces"),
+            lambda: module(x, p),
+        )
+    ]
 
 
 #: A call in a context must cost at most this much more than in the plain one.

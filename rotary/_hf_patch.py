@@ -27,7 +27,7 @@ import numpy as np
 
 from ._backends import backend_for
 from ._backends._generic import sized
-from ._lib._compat import array_namespace, device, to_numpy
+from ._lib._compat import array_namespace, device, namespace_of, to_numpy
 from ._lib._typing import AngleMethod
 from ._lib._typing import Layout as Pairing
 from ._math._rotation import expand_pairs
@@ -198,8 +198,9 @@ class RotaryForward:
         return cos_sin(rope, self.entry.output, self.angles, x, position_ids, self.entry.path)
 
 
-#: Decoding steps (a few positions below this) read the patched module's output rows from one
-#: table of the generic code's rows (``benchmarks/hf_patch.py``'s decoding-step row).
+#: Decoding steps (a few positions in one block of this many) read the patched module's output
+#: rows from the block's table of the generic code's rows, at any position: one table built per
+#: block of steps (``benchmarks/hf_patch.py``'s decoding-step rows, at 4095, 100,000 and 2^20).
 _ROWS = 4096
 _FEW = 64
 
@@ -256,7 +257,9 @@ def _plan_table(
 
 def cos_sin(rope: Rotary, out: Output, angles: AngleMethod, x: Any, pos: Any, path: str) -> Any:
     """Rotary's cos/sin of ``pos`` laid out as ``out`` says, in the dtype the module returns."""
-    xp = array_namespace(x, pos)
+    # (arrays of one type, the usual call: the namespace without the general lookup)
+    same = type(pos) is type(x)
+    xp = namespace_of(x, pos, names=("x", "position_ids")) if same else array_namespace(x, pos)
     rows = _few_rows(rope, out, angles, x, pos, path, xp)
     if rows is not None:
         return rows
@@ -265,15 +268,16 @@ def cos_sin(rope: Rotary, out: Output, angles: AngleMethod, x: Any, pos: Any, pa
 
 def _few_rows(rope: Rotary, out: Output, angles: AngleMethod, x: Any, pos: Any, path: str, xp: Any) -> Any:
     """The fast path of a decoding step (:meth:`Backend.few_rows`: a few integer positions in
-    ``[0, _ROWS)``, on the backend's allowlist): the rows of a table of the generic code's own
-    outputs, the same bits (``tests/test_hf_patch_deployed.py``); ``None`` elsewhere."""
+    one block of ``_ROWS``, on the backend's allowlist): the rows of the block's table of the
+    generic code's own outputs, the same bits (``tests/test_hf_patch_deployed.py``); ``None``
+    elsewhere."""
     if out.layout == "complex" or not isinstance(rope, RoPE) or not rope.static:
         return None
     dtype = x.dtype if out.dtype is None else out.dtype
 
-    def make(dev: Any) -> tuple[Any, int]:
-        full = xp.reshape(xp.arange(_ROWS, dtype=pos.dtype, device=dev), (1, _ROWS))
-        a, b = _cos_sin(rope, out, angles, x, full, path, xp)
+    def make(dev: Any, start: int) -> tuple[Any, int]:
+        block = xp.arange(start, start + _ROWS, dtype=pos.dtype, device=dev)
+        a, b = _cos_sin(rope, out, angles, x, xp.reshape(block, (1, _ROWS)), path, xp)
         return sized((a[0], b[0]))
 
     return backend_for(xp).few_rows(("hf rows", rope, out, angles, str(dtype)), make, x, pos, _ROWS)

@@ -1124,7 +1124,9 @@ def linear_attention(
         the state has the keys' heads).
     pos : array or int or sequence, optional
         Positions, broadcast to ``q.shape[:-1]`` (and ``k.shape[:-1]`` unless ``k_pos`` is
-        given).  ``None`` (default): plain linear attention, no rotation.
+        given).  ``None`` (default): plain linear attention, no rotation; with ``rope`` and
+        ``state``, the tokens follow the state's keys: positions ``state.offset,
+        state.offset + 1, ...`` (decoding without counting positions).
     rope : RoPE or AxialRoPE or MRoPE, optional
         The rotary embedding of the features (default ``RoPE(F)`` when ``pos`` is given;
         static scalings only).  Its ``head_dim`` must be the feature width ``F``.
@@ -1270,6 +1272,8 @@ def linear_attention(
         )
         return (nested.wrap(res[0]), res[1]) if isinstance(res, tuple) else nested.wrap(res)
     extras = _Extras(beta, u, a, b)
+    if pos is None and rope is not None and state is not None and k_pos is None:
+        pos = _state_positions(be, state, q, k, cu_seqlens is not None or segment_ids is not None)
     statics: tuple[Any, ...] = (
         rope,
         causal,
@@ -1394,6 +1398,24 @@ def linear_attention(
         segment_ids,
         extras,
     )
+
+
+def _state_positions(be: Backend, state: Any, q: Array, k: Array, docs: bool) -> Any:
+    """``pos=None`` with ``rope=`` and a state: the tokens follow the state's keys, at positions
+    ``offset, offset + 1, ...`` (one token: the offset itself, an int or a 0-d array); ``None``
+    where no such rule holds (documents have their own; queries and keys of different lengths;
+    an offset that is not an integer)."""
+    n = q.shape[-2]
+    if docs or not isinstance(state, tuple) or len(state) < 3 or n is None or n != k.shape[-2]:
+        return None
+    off = state[2]
+    if type(off) is int:  # (host positions: every library takes them, JAX without an implicit transfer)
+        import numpy as np
+
+        return off if n == 1 else np.arange(off, off + n)
+    if not (is_array(off) and off.ndim == 0 and chk.is_integral(off.dtype)):
+        return None
+    return off if n == 1 else off + be.xp.arange(n, dtype=off.dtype, device=be.creation_device(q))
 
 
 def _sig_args(
@@ -1549,7 +1571,7 @@ def _check_call(
         and plan.normalize
         and plan.phi is _linear.FEATURE_MAPS["elu+1"]
     ):
-        decode = _decoder(be, call, q, k, pos)
+        decode = _decoder(be, call, q, k, v, state)
     if (
         fam is not None
         and n == 1
@@ -1563,34 +1585,20 @@ def _check_call(
     return _Checked(call, kv_lead, F, decode)
 
 
-def _decoder(be: Backend, call: _Call, q: Array, k: Array, pos: Any) -> Callable[..., Any] | None:
+def _decoder(be: Backend, call: _Call, q: Array, k: Array, v: Array, state: Any) -> Callable[..., Any] | None:
     """The backend's decoding step for calls like this one (one token, a state, ``elu+1``, the
-    dot similarity, RoPE or none), composed with RoPE's decoding plan; ``None``: the generic
-    steps.  Either returns ``None`` for values it does not cover."""
-    step = be.linear_step("elu+1", call.plan.eps)
-    if step is None:
-        return None
+    dot similarity, RoPE or none; arguments of these types, shapes, dtypes and devices), its
+    rotation read from RoPE's rows at each call's position (an int, a list of one, an array of
+    one); ``None``: the generic steps.  The step returns ``None`` for values it does not cover."""
+    rows = None
     r = call.rope
-    if r is None:
-
-        def rotate(c: Array, e: Array, pos: Any) -> tuple[Array, Array] | None:
-            return c, e
-
-    else:
-        if not isinstance(r, Rotary) or not (is_array(pos) or type(pos) is int):
+    if r is not None:
+        if not isinstance(r, Rotary):
             return None
-        like = pos if is_array(pos) else be.positions(pos, name="pos", device=be.creation_device(q))[0]
-        rot = r._decode_plan(be, q, k, like)
-        if rot is None:
+        rows = r._decode_rows(be, q, k)
+        if rows is None:
             return None
-
-        def rotate(c: Array, e: Array, pos: Any) -> tuple[Array, Array] | None:
-            return rot(c, e, pos)
-
-    def decode(q: Array, k: Array, v: Array, pos: Any, S: Array, z: Array) -> tuple[Array, ...] | None:
-        return step(q, k, v, S, z, lambda c, e: rotate(c, e, pos))
-
-    return decode
+    return be.linear_step("elu+1", call.plan.eps, rows, (q, k, v, state[0], state[1]))
 
 
 def _run(

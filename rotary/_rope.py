@@ -238,6 +238,11 @@ class Rotary:
         (decoding), or ``None``; the shortcut returns ``None`` where it does not apply."""
         return None
 
+    def _decode_rows(self, be: Backend, q: Array, k: Array) -> Any:
+        """The backend's rows of this rotation for decoding steps' own kernels on arguments
+        like ``q`` and ``k`` (:meth:`Backend.decode_rows`), or ``None``."""
+        return None
+
     def _needs_all_positions(self) -> bool:
         """Dynamic scalings read the sequence length from every position (no block-wise Dask)."""
         return not self.static
@@ -519,6 +524,12 @@ class RoPE(Rotary):
         if cfg.scaling.dynamic or cfg.angles != "exact" or self._af != 1.0:
             return None
         return be.decode_plan(build_constant, cfg, q, k, pos, layout=self.layout, rotary_dim=self._width)
+
+    def _decode_rows(self, be: Backend, q: Array, k: Array) -> Any:
+        cfg = self.config
+        if cfg.scaling.dynamic or cfg.angles != "exact" or self._af != 1.0:
+            return None
+        return be.decode_rows(build_constant, cfg, q, k, layout=self.layout, rotary_dim=self._width)
 
     def _rotation_dtype(self, x_dtype: DType, cdt: DType) -> DType:
         return x_dtype if self.config.angles == "float32" else cdt

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+import rotary
 from benchmarks import __main__ as suite
 from benchmarks import linear_attention as la
 
@@ -102,3 +104,81 @@ def test_hand_written_baselines_compute_linear_attention(lib):
     np.testing.assert_allclose(got[0], want_c, rtol=2e-4, atol=2e-4)
     np.testing.assert_allclose(got[1], want_n, rtol=2e-4, atol=2e-4)
     np.testing.assert_allclose(step, want_c[..., 255:, :], rtol=2e-4, atol=2e-4)
+
+
+#: The libraries of the linear-attention baselines (JAX compiles each case: 8 s or more).
+LIBS = ["numpy", "torch", pytest.param("jax", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_careful_baselines_compute_linear_attention(lib):
+    """The careful hand-written code (``benchmarks/linear_careful.py``) against the float64
+    oracle of equation 19 (RoPE at exact angles): causal at a length that is not a multiple of
+    its chunk (torch, NumPy), non-causal in several blocks and in one, and the decoding step
+    (which updates the state in place where the library allows)."""
+    from test_linear_attention import naive
+
+    from benchmarks import linear_careful as careful
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 2, 256, 16), dtype=np.float32) * 0.5 for _ in range(3))
+    pos = np.arange(256)
+    want_c, _ = naive(q, k, v, pos, causal=True)
+    want_n, _ = naive(q, k, v, pos)
+    odd = tuple(np.ascontiguousarray(x[..., :200, :]) for x in (q, k, v))
+    want_odd, _ = naive(*odd, pos[:200], causal=True)
+    st = rotary.linear_attention_state(k[..., :255, :], v[..., :255, :], pos[:255])
+    one = tuple(np.ascontiguousarray(x[..., 255:, :]) for x in (q, k, v))
+    S, z = np.array(st.S), np.array(st.z)
+    if lib == "numpy":
+        got = [careful.numpy_causal(q, k, v), careful.numpy_noncausal(q, k, v, block=64)]
+        got += [careful.numpy_noncausal(q, k, v), careful.numpy_causal(*odd)]
+        step = careful.numpy_step(*one, S, z, *careful.numpy_step_tables(512, 16), 255)
+        S1 = S
+    elif lib == "torch":
+        torch = pytest.importorskip("torch")
+        t = [torch.from_numpy(x) for x in (q, k, v)]
+        got = [careful.torch_causal(*t), careful.torch_noncausal(*t, block=64), careful.torch_noncausal(*t)]
+        got.append(careful.torch_causal(*(torch.from_numpy(x) for x in odd)))
+        St, zt = torch.from_numpy(S), torch.from_numpy(z)
+        step = careful.torch_step(
+            *(torch.from_numpy(x) for x in one), St, zt, *careful.torch_step_tables(512, 16), 255
+        )
+        got, step, S1 = [g.numpy() for g in got], step.numpy(), St.numpy()
+    else:
+        jax = pytest.importorskip("jax")
+        got = [np.asarray(jax.jit(careful.jax_causal)(q, k, v))]
+        got.append(np.asarray(jax.jit(lambda *a: careful.jax_noncausal(*a, block=64))(q, k, v)))
+        got.append(np.asarray(jax.jit(careful.jax_noncausal)(q, k, v)))
+        got.append(np.asarray(jax.jit(careful.jax_causal)(q[..., :192, :], k[..., :192, :], v[..., :192, :])))
+        want_odd = want_c[..., :192, :]
+        C, Sn = careful.jax_tables(512, 16)
+        step, S1, _ = (
+            np.asarray(x) for x in jax.jit(careful.jax_step)(*one, S, z, C, Sn, jax.numpy.asarray(255))
+        )
+    for g, w in zip(got, (want_c, want_n, want_n, want_odd), strict=True):
+        np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(step, want_c[..., 255:, :], rtol=2e-4, atol=2e-4)
+    whole = rotary.linear_attention_state(k, v, pos)
+    np.testing.assert_allclose(S1, whole.S, rtol=2e-4, atol=2e-3)
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_linear_benchmark_cases_compute_the_same_attention(lib):
+    """Every case the linear-attention benchmark times against another computes the same thing
+    (tiny shapes; timing meaningless): rotary, the careful and the hurried code, and each
+    decoding row's first step (every position form from the same state)."""
+    if lib != "numpy":
+        pytest.importorskip(lib)
+    cases = la._lib_cases(lib, 256)
+    for kind, fns in cases.items():
+        outs = {name: np.asarray(f()) for name, f in fns.items() if name != "fla naive chunk"}
+        ref = outs[la.CAREFUL]
+        for name, out in outs.items():
+            np.testing.assert_allclose(out, ref, rtol=2e-4, atol=2e-4, err_msg=f"{kind}: {name}")
+    steps = la._decode_cases(lib, heads=2)
+    outs = {name: np.asarray(f()) for name, f in steps.items()}
+    for name, out in outs.items():
+        np.testing.assert_allclose(out, outs[la.CAREFUL], rtol=2e-4, atol=2e-4, err_msg=name)
+    if lib != "jax":
+        assert {f"rotary, pos={f}" for f in la.DECODE_FORMS} <= set(outs)

@@ -87,6 +87,43 @@ def test_decode_steps_stay_bitwise_generic(backend, rng):
         assert_close(fast[0], reference.rotate(backend.to_numpy(q), [p]), like=q, ulps=16)
 
 
+def test_linear_decoding_steps_are_bitwise_generic_for_every_position_form(backend, rng):
+    """Linear attention's decoding step, step after step, with the position as an int, a list of
+    one, a 0-d and a ``(1,)`` array, or none (``rope=`` and the state's offset): each form's
+    shortcut gives the generic bits (positions in the table, past it, and after the cache is
+    cleared)."""
+    if backend.slow:
+        pytest.skip("a slow backend takes no decoding shortcut")
+    q, k, v = (backend.asarray(rng.standard_normal((1, 4, 1, 64)) * 0.5, "float32") for _ in range(3))
+    kk, vv = (backend.asarray(rng.standard_normal((1, 4, 8, 64)) * 0.5, "float32") for _ in range(2))
+    st = rotary.linear_attention_state(kk, vv, backend.asarray(np.arange(8), backend.int_dtype()))
+    rope = rotary.RoPE(64)
+    forms = {
+        "int": lambda t: t,
+        "list": lambda t: [t],
+        "0-d": lambda t: backend.asarray(np.array(t), backend.int_dtype()),
+        "(1,)": lambda t: backend.asarray(np.array([t]), backend.int_dtype()),
+        "none": lambda t: None,
+    }
+    for name, form in forms.items():
+        for i, t in enumerate([8, 9, 4095, 40_000, 9]):
+            if i == 4:
+                rotary.clear_cache()
+            state = rotary.LinearAttentionState(st.S, st.z, t)
+            pos = form(t)
+            kw = {"rope": rope} if pos is None else {}
+
+            def call(pos=pos, state=state, kw=kw):
+                return rotary.linear_attention(
+                    q, k, v, pos, causal=True, state=state, return_state=True, **kw
+                )
+
+            (out, new), (ref, ref_state) = _both(call)
+            for a, b in ((out, ref), (new.S, ref_state.S), (new.z, ref_state.z)):
+                np.testing.assert_array_equal(backend.to_numpy(a), backend.to_numpy(b), err_msg=f"{name} {t}")
+            assert int(new.offset) == t + 1
+
+
 def test_torch_decode_shortcut_leaves_autograd_to_the_generic_path(rng):
     torch = pytest.importorskip("torch")
     rope = rotary.RoPE(64)

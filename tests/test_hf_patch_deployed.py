@@ -141,15 +141,19 @@ def test_refusals_name_towers_truly():
 def test_the_decoding_steps_fast_path_gives_the_generic_codes_bits(angles, dtype):
     # Issue 44, reproduction 5: a patched module's decoding step cost 4.9x the unpatched one
     # (150 us against 31 us); a few positions now read rows of a table of the generic code's own
-    # outputs (benchmarks/hf_patch.py: "decoding step" rows).  The same bits, and arrays that own
-    # their memory; positions outside the table take the generic code.
+    # outputs (benchmarks/hf_patch.py: "decoding step" rows).  Issue 49: past the first 4096
+    # positions it cost 6.1x again (position 100,000); each block of 4096 positions has its
+    # table.  The same bits, and arrays that own their memory; positions across two blocks or
+    # negative take the generic code.
     llama3 = {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8}
     model = tiny(rope_scaling={**llama3, "low_freq_factor": 1.0, "high_freq_factor": 4.0})
     rotary.hf.patch(model, angles=angles)  # (then the cast: the order float32 mode takes)
     model = model.to(getattr(torch, dtype))
     module = model.model.rotary_emb
     x = torch.zeros(1, 1, 64, dtype=getattr(torch, dtype))
-    for p in ([[0]], [[5]], [[4095]], [[4096]], [[7, 8, 9]], [[2**20]]):
+    steps = [[[0]], [[5]], [[4095]], [[4096]], [[7, 8, 9]], [[2**20]], [[100_000]], [[2**20 + 4095]]]
+    steps += [[[4096 * 25 - 1, 4096 * 25]], [[-3]], [[2**35 + 7]], [[100_000], [100_001]], [[0, 2**20]]]
+    for p in steps:
         pos = torch.tensor(p)
         fast = module(x, pos)
         with rotary.fast_paths(False):
@@ -157,6 +161,28 @@ def test_the_decoding_steps_fast_path_gives_the_generic_codes_bits(angles, dtype
         for a, b in zip(fast, slow, strict=True):
             assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), p
             assert a.untyped_storage().nbytes() == a.numel() * a.element_size()
+
+
+def test_the_decoding_step_costs_the_same_few_kernels_at_every_position():
+    """Issue 49: a patched module's decoding step at position 100,000 of a long context ran the
+    exact angles' whole computation (some 60 kernels: 6.1x the unpatched module, 529 us against
+    87 us), as only the first 4096 positions had rows; now the position read and two row copies,
+    at any position."""
+    from torch.profiler import profile
+
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8}
+    model = tiny(rope_scaling={**llama3, "low_freq_factor": 1.0, "high_freq_factor": 4.0})
+    rotary.hf.patch(model, angles="exact")
+    module = model.model.rotary_emb
+    x = torch.zeros(1, 1, 64)
+    counts = {}
+    for p in (4095, 100_000, 2**20, 2**30 + 5):
+        pos = torch.tensor([[p]])
+        module(x, pos)  # (the block's table, built once)
+        with torch.no_grad(), profile() as prof:
+            module(x, pos)
+        counts[p] = [e.name for e in prof.events() if e.name.startswith("aten::") and e.cpu_parent is None]
+    assert all(c == counts[4095] for c in counts.values()) and len(counts[4095]) <= 5, counts
 
 
 def test_roformer_the_model_rope_was_introduced_with_is_served():

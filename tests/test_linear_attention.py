@@ -221,6 +221,36 @@ def test_token_by_token_and_pieces_equal_one_call(backend, rng, similarity):
         )
 
 
+def test_rope_without_positions_follows_the_state(backend, rng):
+    """``pos=None`` with ``rope=`` and a state: the tokens sit at ``state.offset, offset + 1,
+    ...`` (issue 49: refused, "rope= needs positions"), token by token and in pieces, with an
+    int offset or a 0-d array one: the same bits as the positions passed."""
+    (q, k, v), _ = _inputs(backend, rng, shape=(2, 2, 8, 8))
+    rope = rotary.RoPE(8)
+    st0 = rotary.linear_attention_state(
+        k[..., :3, :], v[..., :3, :], backend.asarray(np.arange(3), _int(backend))
+    )
+    offsets = [3] if backend.slow else [3, backend.asarray(np.array(3), _int(backend))]
+    for off in offsets:
+        for cuts in ([2, 3],) if backend.slow else ([1] * 5, [2, 3]):
+            state = rotary.LinearAttentionState(st0.S, st0.z, off)
+            given, s = state, 3
+            for c in cuts:
+                sl = slice(s, s + c)
+                args = (q[..., sl, :], k[..., sl, :], v[..., sl, :])
+                o, state = rotary.linear_attention(
+                    *args, rope=rope, causal=True, state=state, return_state=True
+                )
+                pos = backend.asarray(np.arange(s, s + c), _int(backend))
+                want, given = rotary.linear_attention(*args, pos, causal=True, state=given, return_state=True)
+                np.testing.assert_array_equal(to_numpy(o), to_numpy(want))
+                np.testing.assert_array_equal(to_numpy(state.S), to_numpy(given.S))
+                assert int(state.offset) == int(given.offset) == s + c
+                s += c
+    with pytest.raises(ValueError, match="rope= needs positions"):  # (no state: nothing to follow)
+        rotary.linear_attention(q, k, v, rope=rope, causal=True)
+
+
 def test_states_of_disjoint_blocks_add(backend, rng):
     """The distributed recipe: per-chunk states, exclusive prefix sums, causal per chunk."""
     (q, k, v), _ = _inputs(backend, rng, shape=(2, 10, 8), dv=3)

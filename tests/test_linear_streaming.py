@@ -86,18 +86,21 @@ def test_causal_hot_path_masks_by_multiplication_and_streams():
 
 
 def test_decoding_step_is_a_few_kernels_and_fast_path_is_the_generic_bits():
-    """One token from a state: a small fixed number of kernels, the same at every position
-    (237a6c9: a chunk of one token through the chunked form, some 90); the torch
-    shortcut computes the generic code's bits."""
+    """One token from a state: a small fixed number of kernels, the same at every position and
+    for every form of the position (237a6c9: a chunk of one token through the chunked form, some
+    90; issue 49: a list ``[t]`` fell off the shortcut, 119, and ``pos=None`` with ``rope=`` was
+    refused); the torch shortcut computes the generic code's bits."""
     torch = pytest.importorskip("torch")
     q, k, v = (x[..., :1, :] for x in _qkv(1, heads=4, d=64))
     kk, vv, _ = _qkv(40, heads=4, d=64, seed=1)
     st = rotary.linear_attention_state(kk, vv, torch.arange(40))
+    rope = rotary.RoPE(64)
     lengths = {}
-    for pos in (torch.tensor([40]), 40, 5000):
+    for pos in (torch.tensor([40]), torch.tensor(40), np.array([40]), 40, [40], None, 5000):
 
         def call(pos=pos):
-            return rotary.linear_attention(q, k, v, pos, causal=True, state=st, return_state=True)
+            kw = {"rope": rope} if pos is None else {}
+            return rotary.linear_attention(q, k, v, pos, causal=True, state=st, return_state=True, **kw)
 
         kernels = _kernels(call)
         lengths[repr(pos)] = len(kernels)
@@ -107,7 +110,10 @@ def test_decoding_step_is_a_few_kernels_and_fast_path_is_the_generic_bits():
             ref, ref_state = call()
         assert torch.equal(out, ref) and torch.equal(new.S, ref_state.S) and torch.equal(new.z, ref_state.z)
         assert new.offset == ref_state.offset == 41
-    assert lengths["40"] == lengths["5000"], lengths  # (a tensor position adds its .item())
+    # (a tensor position adds its .item())
+    assert lengths["40"] == lengths["5000"] == lengths["[40]"] == lengths["None"] == lengths["array([40])"], (
+        lengths
+    )
 
 
 _MEMORY = """

@@ -234,12 +234,14 @@ class Backend:
         return False
 
     def few_rows(
-        self, key: Hashable, make: Callable[[Device], tuple[Any, int]], x: Array, pos: Array, rows: int
+        self, key: Hashable, make: Callable[[Device, int], tuple[Any, int]], x: Array, pos: Array, rows: int
     ) -> tuple[Array, Array] | None:
-        """A decoding step's fast path: for a few integer positions ``(batch, seq)`` in
-        ``[0, rows)``, the rows of the two tables ``make(device)`` builds (``(rows, width)`` each,
-        kept in the byte cache under ``key`` and the device); ``None`` where the backend has no
-        such path or the arguments are not on its allowlist (the caller's generic code runs)."""
+        """A decoding step's fast path: for a few non-negative integer positions ``(batch, seq)``
+        in one block ``[start, start + rows)`` (``start`` a multiple of ``rows``), the rows of the
+        two tables ``make(device, start)`` builds for the block's positions (``(rows, width)``
+        each, kept in the byte cache under ``key``, the device and ``start``: a long context
+        decodes block after block); ``None`` where the backend has no such path or the arguments
+        are not on its allowlist (the caller's generic code runs)."""
         return None
 
     def owned(self, x: Array) -> Array:
@@ -508,6 +510,31 @@ class Backend:
         ``None`` for values it does not cover.  ``None``: no shortcut (the generic steps are it)."""
         return None
 
+    def decode_position(self, pos: Any) -> int | None:
+        """The one position of a decoding step as a Python int: an ``int``, a list or tuple of
+        one ``int``, a NumPy integer or integer array of one element (a library's own array where
+        the backend reads one); ``None`` for anything else.  Read eagerly: only where
+        :meth:`fast` allows."""
+        t = type(pos)
+        if t is int:
+            return pos
+        if t is list or t is tuple:
+            return pos[0] if len(pos) == 1 and type(pos[0]) is int else None
+        if t is np.ndarray:
+            return int(pos.item()) if pos.size == 1 and pos.dtype.kind in "iu" else None
+        if isinstance(pos, np.integer):
+            return int(pos)
+        return None
+
+    def decode_rows(
+        self, build: ConstantBuilder, config: Hashable, q: Array, k: Array, *, layout: Layout, rotary_dim: int
+    ) -> Callable[[int], Any] | None:
+        """For decoding steps' own kernels on arguments like ``q`` and ``k``: ``rows(p)``, the
+        rows of ``config``'s exact rotation at a Python position ``0 <= p <``
+        :data:`POSITION_TABLE_MAX` in this backend's form (from the per-position table: the
+        generic code's bits), read from the byte cache at each call.  ``None``: no such kernel."""
+        return None
+
     def segment_add(self, acc: Array, x: Array, ids: Array) -> Array:
         """``acc`` ``(..., n, K)`` plus the rows of ``x`` ``(..., T, K)`` added at rows ``ids``
         ``(T,)`` (sorted, in ``[0, n)``); ``acc`` is the caller's own (it may be updated in
@@ -523,9 +550,14 @@ class Backend:
         namespace's wraps it)."""
         return self.xp.cumulative_sum(x, axis=axis, dtype=x.dtype)
 
-    def linear_step(self, feature_map: str, eps: float) -> Callable[..., tuple[Array, ...] | None] | None:
-        """A shortcut for decoding steps of linear attention (see the torch backend's), or
-        ``None``: the generic step."""
+    def linear_step(
+        self, feature_map: str, eps: float, rows: Callable[[int], Any] | None, like: tuple[Array, ...]
+    ) -> Callable[..., tuple[Array, ...] | None] | None:
+        """A shortcut for decoding steps of linear attention on arrays of the types, shapes,
+        dtypes and devices of ``like`` (``q, k, v, S, z``): ``step(q, k, v, pos, S, z) -> (out,
+        S, z)`` for one token, its features rotated by :meth:`decode_rows`'s ``rows`` at the
+        position ``pos`` (``rows=None``: no rotation, ``pos`` unread), or ``None`` where it
+        does not cover the values or the context (the generic step).  ``None``: no shortcut."""
         return None
 
     def recurrent_step(self, fam: Any, plan: Any) -> Callable[..., Any] | None:

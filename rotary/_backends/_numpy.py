@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from .._lib._cache import fast_paths_enabled
+from .._lib._cache import fast_paths_enabled, get_or_build
 from .._lib._typing import Array, DType, Layout
 from .._math._rotation import pair_partners
 from . import _eager
-from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, _check_host
+from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, _check_host, sized
 
 __all__ = ["NumpyBackend"]
 
@@ -140,71 +140,105 @@ class NumpyBackend(Backend):
         rotary_dim: int,
     ) -> Callable[[Array, Array, Any], tuple[Array, Array] | None] | None:
         """Decoding (one integer position, small q and k, the half layout, whole heads, the
-        compute dtype): :meth:`rotate_both`'s kernel on the position's table row, without the
-        per-call lookups.  Positions outside the table or ``fast_paths(False)``: generic steps."""
+        compute dtype): :meth:`rotate_both`'s kernel on the position's rows
+        (:meth:`decode_rows`), without the per-call lookups.  Positions outside the table or
+        ``fast_paths(False)``: generic steps."""
+        if not (type(pos) is np.ndarray and pos.size == 1 and pos.dtype.kind in "iu"):
+            return None
+        rows = self.decode_rows(build, config, q, k, layout=layout, rotary_dim=rotary_dim)
+        if rows is None:
+            return None
+        h = rotary_dim // 2
+
+        def plan(q: Array, k: Array, pos: Any) -> tuple[Array, Array] | None:
+            if not self.fast(q, k, pos):
+                return None
+            p = pos.item()
+            if not 0 <= p < POSITION_TABLE_MAX:
+                return None
+            C, S = rows(p)
+            return _rotate_row_half(q, C, S, h), _rotate_row_half(k, C, S, h)
+
+        return plan
+
+    def decode_rows(
+        self, build: ConstantBuilder, config: Hashable, q: Array, k: Array, *, layout: Layout, rotary_dim: int
+    ) -> Callable[[int], Any] | None:
+        """Plain arrays of the compute dtype, small, the half layout, whole heads: ``rows(p) ->
+        (C, S)``, ``cos`` and ``[-sin, sin]`` (pair axis first) of :func:`_rotate_small_half`,
+        from the position table with as many rows (state ``decode_rows``: the sign folded in)."""
         dtype = self.compute_dtype(q.dtype)
-        small = rotary_dim == q.shape[-1] and layout == "half" and q.nbytes <= _eager.BLOCK_BYTES
         if not (
-            small
-            and _plain(q, k, pos)
-            and pos.size == 1
-            and pos.dtype.kind in "iu"
-            and q.dtype == k.dtype == dtype
+            rotary_dim == q.shape[-1]
+            and layout == "half"
+            and q.nbytes <= _eager.BLOCK_BYTES
             and k.nbytes <= _eager.BLOCK_BYTES
+            and _plain(q, k)
+            and q.dtype == k.dtype == dtype
         ):
             return None
         h, dev = rotary_dim // 2, self.creation_device(q)
 
-        def plan(q: Array, k: Array, pos: Any) -> tuple[Array, Array] | None:
-            if type(pos) is int:  # (a Python position: linear attention's decoding plan)
-                if not self.fast(q, k):
-                    return None
-                p = pos
-            elif not self.fast(q, k, pos):
-                return None
-            else:
-                p = int(pos.reshape(-1)[0])
-            if not 0 <= p < POSITION_TABLE_MAX:
-                return None
-            row = self.position_table(build, config, dev, dtype, p)[p]
-            C, S = row[:h], np.multiply(row[h:], _sign(dtype, 0))
-            return _rotate_small_half(q, C, S, h), _rotate_small_half(k, C, S, h)
+        def rows(p: int) -> tuple[Array, Array]:
+            n = 4096
+            while n <= p:
+                n *= 2
 
-        return plan
+            def make() -> tuple[Array, int]:
+                t = self.position_table(build, config, dev, dtype, p)
+                c, s = t[:, None, :h], t[:, None, h:]
+                return sized(np.concatenate([c, -s, s], axis=1))  # (rows, 3, r/2): cos, -sin, sin
+
+            row = get_or_build((config, "decode_rows", n, self.key, dev, dtype), make, "decode_rows")[p]
+            return row[0], row[1:]
+
+        return rows
 
     def linear_step(
-        self, feature_map: str, eps: float
-    ) -> Callable[[Array, Array, Array, Array, Array, Callable[..., Any]], tuple[Array, ...] | None] | None:
+        self, feature_map: str, eps: float, rows: Callable[[int], Any] | None, like: tuple[Array, ...]
+    ) -> Callable[..., tuple[Array, ...] | None] | None:
         """A decoding step of normalised linear attention with ``elu+1`` features and the dot
-        similarity on plain float32 arrays: the generic step's bits (``query_features``,
-        ``features``, ``step`` of :mod:`rotary._math._linear`) in NumPy's own calls.
-        ``rotate(c, e)`` rotates the features (or returns ``None``); anything else returns
-        ``None`` (the generic step)."""
-        if feature_map != "elu+1":
-            return None
+        similarity on plain float32 arrays (those of ``like``): the generic step's bits (``query_features``,
+        ``features``, ``step`` of :mod:`rotary._math._linear`; the rotation of
+        :meth:`decode_rows`) in NumPy's own calls.  Anything else returns ``None`` (the generic
+        step)."""
         f32 = np.dtype(np.float32)
+        if not (feature_map == "elu+1" and _plain(*like) and all(x.dtype == f32 for x in like)):
+            return None
+        zero, floor, inf = np.float32(0), np.float32(eps), np.float32(np.inf)
 
-        def step(
-            q: Array, k: Array, v: Array, S: Array, z: Array, rotate: Callable[..., Any]
-        ) -> tuple[Array, ...] | None:
-            if not (self.fast(q, k, v, S, z) and q.dtype == k.dtype == v.dtype == S.dtype == z.dtype == f32):
+        def step(q: Array, k: Array, v: Array, pos: Any, S: Array, z: Array) -> tuple[Array, ...] | None:
+            # (types and dtypes are those of ``like``: the checked signature's, plain arrays)
+            if not fast_paths_enabled():
                 return None
-            zero = np.float32(0)
-            shift = np.minimum(np.max(q, axis=-1, keepdims=True), zero)
-            c = np.maximum(q, zero) + np.exp(np.minimum(q, zero) - shift)
-            e = np.maximum(k, zero) + np.exp(np.minimum(k, zero))
-            rot = rotate(c, e)
-            if rot is None:
-                return None
-            a, b = rot
-            S = S + np.swapaxes(b, -1, -2) * v
-            z = z + e[..., 0, :]
-            den = np.sum(c * z[..., None, :], axis=-1)
-            if eps > 0:
-                den = np.maximum(den, np.float32(eps))
-            else:
-                den = np.where(den != 0, den, np.float32(np.inf))
-            return np.matmul(a, S) / den[..., None], S, z
+            R: Any = None
+            if rows is not None:
+                p = self.decode_position(pos)
+                if p is None or not 0 <= p < POSITION_TABLE_MAX:
+                    return None
+                R = rows(p)
+            # c = max(q, 0) + exp(min(q, 0) - shift), e = max(k, 0) + exp(min(k, 0)) (a + b == b + a)
+            shift = np.minimum(q.max(axis=-1, keepdims=True), zero)
+            c = np.minimum(q, zero)
+            c -= shift
+            np.exp(c, out=c)
+            c += np.maximum(q, zero)
+            e = np.exp(np.minimum(k, zero))
+            e += np.maximum(k, zero)
+            a, b = c, e
+            if R is not None:
+                h, (C, Sn) = q.shape[-1] // 2, R
+                a, b = _rotate_row_half(c, C, Sn, h), _rotate_row_half(e, C, Sn, h)
+            c, e = c[..., 0, :], e[..., 0, :]
+            S2 = np.swapaxes(b, -1, -2) * v
+            S2 += S
+            z2 = np.add(z, e)
+            # (c's product in place where the rotation made a apart from it)
+            den = (c * z2 if R is None else np.multiply(c, z2, out=c)).sum(axis=-1)
+            den = np.maximum(den, floor) if eps > 0 else np.where(den != 0, den, inf)
+            out = np.matmul(a, S2)
+            out /= den[..., None, None]
+            return out, S2, z2
 
         return step
 
@@ -248,6 +282,16 @@ def _rotate_small_half(x: np.ndarray, C: np.ndarray, S: np.ndarray, h: int) -> n
     xv = x.reshape((*x.shape[:-1], 2, h))
     out = np.multiply(xv, C)
     np.add(out, np.multiply(xv[..., ::-1, :], S), out=out)
+    return out.reshape(x.shape)
+
+
+def _rotate_row_half(x: np.ndarray, C: np.ndarray, S: np.ndarray, h: int) -> np.ndarray:
+    """:func:`_rotate_small_half` at one position (``C`` ``(h,)``, ``S`` ``(2, h)``: one row for
+    every vector of ``x``), its leading axes flattened into one (NumPy iterates three axes faster
+    than five); the same operations."""
+    xv = x.reshape((-1, 2, h))
+    out = np.multiply(xv, C)
+    np.add(out, np.multiply(xv[:, ::-1, :], S), out=out)
     return out.reshape(x.shape)
 
 

@@ -633,7 +633,7 @@ class TorchBackend(Backend):
         return fast(*inputs, grads=grads)
 
     def few_rows(
-        self, key: Hashable, make: Callable[[Device], tuple[Any, int]], x: Array, pos: Array, rows: int
+        self, key: Hashable, make: Callable[[Device, int], tuple[Any, int]], x: Array, pos: Array, rows: int
     ) -> tuple[Array, Array] | None:
         if not (
             type(pos) is torch.Tensor
@@ -644,18 +644,28 @@ class TorchBackend(Backend):
             and fast(x, pos)
         ):
             return None
-        if pos.numel() == 1:
+        one = pos.numel() == 1
+        if one:
             lo = hi = int(pos)
         else:
             host = pos.numpy()
             if host.size == 0:
                 return None
             lo, hi = int(host.min()), int(host.max())
-        if lo < 0 or hi >= rows:
-            return None
+        start = lo - lo % rows
+        if lo < 0 or hi >= start + rows or hi >= v.MAX_POSITION:
+            return None  # (negative, or across two blocks: the generic code)
         dev = x.device
-        ta, tb = get_or_build((key, "torch", dev), lambda: make(dev), "position_table")
-        flat = pos.reshape(-1)
+
+        def build() -> tuple[Any, int]:  # (each row shaped as one position's (1, 1, width))
+            tables, nbytes = make(dev, start)
+            return tuple(t.view(t.shape[0], 1, 1, t.shape[-1]) for t in tables), nbytes
+
+        ta, tb = get_or_build((key, "torch", dev, start), build, "position_table")
+        if one:  # (a copy of one row each: no index tensor)
+            i = lo - start
+            return ta[i].clone(), tb[i].clone()
+        flat = pos.reshape(-1) if start == 0 else pos.reshape(-1) - start
         shape = (*pos.shape, ta.shape[-1])
         return torch.index_select(ta, 0, flat).view(shape), torch.index_select(tb, 0, flat).view(shape)
 
@@ -787,17 +797,42 @@ class TorchBackend(Backend):
         layout: Layout,
         rotary_dim: int,
     ) -> Callable[[Array, Array, Any], tuple[Array, Array] | None] | None:
-        """Decoding on the CPU (one integer position, small q and k, the half layout, whole heads,
-        the compute dtype): the generic steps' bits from the position's table row and the joint
-        pass, without the per-call lookups.  Positions outside the table, autograd, tracing or
-        ``fast_paths(False)`` take the generic steps."""
+        """Decoding on the CPU (one integer position in a CPU tensor, small q and k, the half
+        layout, whole heads, the compute dtype): the generic steps' bits from the position's
+        rows (:meth:`decode_rows`) and the joint pass, without the per-call lookups.  Positions
+        outside the table, autograd, tracing or ``fast_paths(False)`` take the generic steps."""
+        if not (type(pos) is torch.Tensor and pos.is_cpu and pos.numel() == 1 and pos.dtype in _INTEGER):
+            return None
+        rows = self.decode_rows(build, config, q, k, layout=layout, rotary_dim=rotary_dim)
+        if rows is None:
+            return None
+        h = rotary_dim // 2
+
+        def plan(q: Array, k: Array, pos: Any) -> tuple[Array, Array] | None:
+            if not fast(q, k, pos):
+                return None
+            p = int(pos)
+            if not 0 <= p < POSITION_TABLE_MAX:
+                return None
+            C2, S2 = rows(p)
+            return _rotate_small_half_joint(q, k, C2, S2, h)
+
+        return plan
+
+    def decode_position(self, pos: Any) -> int | None:
+        if type(pos) is torch.Tensor:
+            return int(pos) if pos.is_cpu and pos.numel() == 1 and pos.dtype in _INTEGER else None
+        return super().decode_position(pos)
+
+    def decode_rows(
+        self, build: ConstantBuilder, config: Hashable, q: Array, k: Array, *, layout: Layout, rotary_dim: int
+    ) -> Callable[[int], Any] | None:
+        """CPU tensors of the compute dtype, small, the half layout, whole heads: ``rows(p) ->
+        (C2, S2)``, the rows ``[cos, cos]`` and ``[-sin, sin]`` of the joint pass (``x * C2 +
+        roll(x, r/2) * S2``), from the position table with as many rows (state ``decode_rows``)."""
         dtype = self.compute_dtype(q.dtype)
         if not (
-            type(pos) is torch.Tensor
-            and pos.is_cpu
-            and pos.numel() == 1
-            and pos.dtype in _INTEGER
-            and q.dtype == k.dtype == dtype
+            q.dtype == k.dtype == dtype
             and self._small_half(q, layout, rotary_dim)
             and self._small_half(k, layout, rotary_dim)
             and q.is_cpu
@@ -806,9 +841,7 @@ class TorchBackend(Backend):
             return None
         dev, h = self.creation_device(q), rotary_dim // 2
 
-        def rows(p: int) -> Array:
-            """``(rows, 2, r)``: per position, the rows ``C2`` and ``S2`` of the joint pass
-            (from the position table with the same number of rows)."""
+        def rows(p: int) -> tuple[Array, Array]:
             n = 4096
             while n <= p:
                 n *= 2
@@ -817,63 +850,61 @@ class TorchBackend(Backend):
                 c, s = self.position_table(build, config, dev, dtype, p).split_with_sizes([h, h], 1)
                 return sized(torch.stack([torch.cat([c, c], 1), torch.cat([-s, s], 1)], 1))
 
-            return get_or_build((config, "decode_rows", n, dev, dtype), make, "decode_rows")
+            C2, S2 = get_or_build((config, "decode_rows", n, dev, dtype), make, "decode_rows")[p].unbind(0)
+            return C2, S2
 
-        def plan(q: Array, k: Array, pos: Any) -> tuple[Array, Array] | None:
-            if type(pos) is int:  # (a Python position: linear attention's decoding plan)
-                if not fast(q, k):
-                    return None
-                p = pos
-            elif not (type(pos) is torch.Tensor and fast(q, k, pos)):
-                return None
-            else:
-                p = int(pos)
-            if not 0 <= p < POSITION_TABLE_MAX:
-                return None
-            C2, S2 = rows(p)[p].unbind(0)
-            return _rotate_small_half_joint(q, k, C2, S2, h)
-
-        return plan
+        return rows
 
     def linear_step(
-        self, feature_map: str, eps: float
-    ) -> Callable[[Array, Array, Array, Array, Array, Callable[..., Any]], tuple[Array, ...] | None] | None:
+        self, feature_map: str, eps: float, rows: Callable[[int], Any] | None, like: tuple[Array, ...]
+    ) -> Callable[..., tuple[Array, ...] | None] | None:
         """A decoding step of normalised linear attention with ``elu+1`` features and the dot
-        similarity on plain CPU tensors of the compute dtype: the generic step's bits
-        (:func:`rotary._math._linear.query_features`, ``features``, ``step``) in torch's own
-        calls, without the namespace's wrappers.  ``rotate(c, e)`` rotates the features (or
-        returns ``None``); anything else returns ``None`` (the generic step)."""
-        if feature_map != "elu+1":
+        similarity on CPU tensors of float32 (plain ones, at each call: :func:`fast`): the
+        generic step's bits
+        (:func:`rotary._math._linear.query_features`, ``features``, ``step``; the rotation of
+        :meth:`decode_rows`) in torch's own calls, queries and keys of one shape as one stacked
+        tensor.  Anything else returns ``None`` (the generic step)."""
+        if not (
+            feature_map == "elu+1"
+            and all(type(x) is torch.Tensor and x.dtype == torch.float32 and x.is_cpu for x in like)
+        ):
             return None
 
-        def step(
-            q: Array, k: Array, v: Array, S: Array, z: Array, rotate: Callable[..., Any]
-        ) -> tuple[Array, ...] | None:
-            if not (
-                fast(q, k, v, S, z)
-                and q.dtype == k.dtype == v.dtype == S.dtype == z.dtype == torch.float32
-                and q.is_cpu
-                and k.is_cpu
-                and v.is_cpu
-                and S.is_cpu
-                and z.is_cpu
-            ):
+        def step(q: Array, k: Array, v: Array, pos: Any, S: Array, z: Array) -> tuple[Array, ...] | None:
+            # (types, dtypes and devices are those of ``like``: the checked signature's)
+            if not fast(q, k, v, S, z, pos if type(pos) is torch.Tensor else None):
                 return None
-            shift = torch.clamp_max(torch.amax(q, -1, keepdim=True), 0.0)
-            c = torch.clamp_min(q, 0.0) + torch.exp(torch.clamp_max(q, 0.0) - shift)
-            e = torch.clamp_min(k, 0.0) + torch.exp(torch.clamp_max(k, 0.0))
-            rot = rotate(c, e)
-            if rot is None:
-                return None
-            a, b = rot
-            S = S + b.mT * v
-            z = z + e[..., 0, :]
-            den = torch.sum(c * z[..., None, :], dim=-1)
-            if eps > 0:
-                den = torch.maximum(den, torch.full_like(den, eps))
+            R: Any = None
+            if rows is not None:
+                p = self.decode_position(pos)
+                if p is None or not 0 <= p < POSITION_TABLE_MAX:
+                    return None
+                R = rows(p)
+            h = q.shape[-1] // 2
+            # c = max(q, 0) + exp(min(q, 0) - shift), e = max(k, 0) + exp(min(k, 0)) (a + b == b + a)
+            shift = torch.amax(q, -1, keepdim=True).clamp_max_(0.0)
+            if q.shape == k.shape:  # (one pass over both)
+                x = torch.stack((q, k))
+                m = torch.clamp_max(x, 0.0)
+                m[0].sub_(shift)
+                f = m.exp_().add_(torch.clamp_min(x, 0.0))
+                r = f if R is None else torch.mul(f, R[0]).add_(f.roll(h, -1).mul_(R[1]))
+                a, b = r.unbind(0)
+                c, e = f.select(-2, 0).unbind(0)  # (..., d): the token axis dropped
             else:
-                den = torch.where(den != 0, den, torch.full_like(den, float("inf")))
-            return torch.matmul(a, S) / den[..., None], S, z
+                c = torch.clamp_max(q, 0.0).sub_(shift).exp_().add_(torch.clamp_min(q, 0.0))
+                e = torch.clamp_max(k, 0.0).exp_().add_(torch.clamp_min(k, 0.0))
+                a, b = c, e
+                if R is not None:
+                    a = torch.mul(c, R[0]).add_(c.roll(h, -1).mul_(R[1]))
+                    b = torch.mul(e, R[0]).add_(e.roll(h, -1).mul_(R[1]))
+                c, e = c.select(-2, 0), e.select(-2, 0)
+            S = torch.mul(b.mT, v).add_(S)
+            z = torch.add(z, e)
+            # (c's product in place where the rotation made a apart from it)
+            den = torch.sum(c * z if R is None else c.mul_(z), -1)
+            den = den.clamp_min_(eps) if eps > 0 else torch.where(den != 0, den, float("inf"))
+            return torch.matmul(a, S).div_(den[..., None, None]), S, z
 
         return step
 
