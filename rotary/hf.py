@@ -13,18 +13,22 @@ types, ``per_layer_config``, NoPE layers), the sizes under the names a config cl
 Qwen2-VL / Qwen2.5-VL / Qwen3-VL and HunYuan-v4-VL, and the position-dependent query scales
 (:meth:`ModelRope.query_scale`).
 
-==========================  ==========================================================
-:func:`from_hf`             the :class:`~rotary.RoPE` (of one layer type where they differ)
-:func:`rope_for_layer`      one layer's ``RoPE``, ``MRoPE`` or ``None`` (no RoPE there)
-:func:`mrope_from_hf`       the :class:`~rotary.MRoPE` of a multimodal config
-:func:`model_rope`          every layer's RoPE, and the attention settings that are not RoPE
-:func:`mrope_index`         M-RoPE position ids of a Qwen-VL prompt, options from the config
-:func:`hf_rope_parameters`  the standardised RoPE parameters (a flat dict)
-:func:`vision_rope`         a vision tower's 2-D RoPE (:mod:`rotary.vision`): Llama 4 vision,
-                            DINOv3, Pixtral, MLCD (``axial``), Qwen2-VL's vision encoder
-:func:`patch`               rotary's RoPE inside a loaded ``transformers`` model (exact angles,
-                            or transformers' own bit for bit); :func:`unpatch`, :func:`patched`
-==========================  ==========================================================
+=================================  ==========================================================
+:func:`from_hf`                    the :class:`~rotary.RoPE` (of one layer type where they differ)
+:func:`rope_for_layer`             one layer's ``RoPE``, ``MRoPE`` or ``None`` (no RoPE there)
+:func:`mrope_from_hf`              the :class:`~rotary.MRoPE` of a multimodal config
+:func:`model_rope`                 every layer's RoPE, and the attention settings that are not RoPE
+:func:`mrope_index`                M-RoPE position ids of a Qwen-VL prompt, options from the config
+:func:`hf_rope_parameters`         the standardised RoPE parameters (a flat dict)
+:func:`vision_rope`                a vision tower's 2-D RoPE (:mod:`rotary.vision`): Llama 4 vision,
+                                   DINOv3, Pixtral, MLCD (``axial``), Qwen2-VL's vision encoder
+:func:`patch`                      rotary's RoPE inside a loaded ``transformers`` model (exact angles,
+                                   or transformers' own bit for bit); :func:`unpatch`, :func:`patched`
+:func:`patch_linear_attention`     the model's linear-attention layers (Gated DeltaNet, KDA, Mamba's
+                                   and Mamba-2's scans, MiniMax's lightning attention) on
+                                   :func:`rotary.linear_attention`; :func:`unpatch_linear_attention`,
+                                   :func:`patched_linear_attention`
+=================================  ==========================================================
 
 Families and the keys read besides ``rope_parameters`` / ``rope_scaling`` / ``rope_theta`` /
 ``partial_rotary_factor`` (published checkpoints, tests/test_hf_families.py; every other family
@@ -85,7 +89,8 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from . import _hf_patch, positions
+from . import _hf_linear, _hf_patch, positions
+from ._hf_linear import LinearPatchReport, PatchedLayer
 from ._hf_patch import PatchedModule, PatchReport
 from ._hfconfig import LayerSpec, _as_dict, hf_rope_parameters, model_spec, mrope_index_options, mrope_spec
 from ._lib import _validation as v
@@ -96,8 +101,10 @@ from .multiaxis import AxialRoPE, MRoPE
 from .vision import Grid, VisionRoPE, dinov3, llama4, pixtral, qwen2_vl
 
 __all__ = [
+    "LinearPatchReport",
     "ModelRope",
     "PatchReport",
+    "PatchedLayer",
     "PatchedModule",
     "from_hf",
     "hf_rope_parameters",
@@ -105,9 +112,12 @@ __all__ = [
     "mrope_from_hf",
     "mrope_index",
     "patch",
+    "patch_linear_attention",
     "patched",
+    "patched_linear_attention",
     "rope_for_layer",
     "unpatch",
+    "unpatch_linear_attention",
     "vision_rope",
 ]
 
@@ -718,6 +728,144 @@ def patched(model: Any, *, angles: AngleMethod = "exact", strict: bool = True) -
         yield model.rotary_patch
     finally:
         unpatch(model)
+
+
+def patch_linear_attention(model: Any, *, strict: bool = True) -> Any:
+    """Run a loaded ``transformers`` model's linear-attention layers on
+    :func:`rotary.linear_attention`, in place; returns the model.
+
+    Every linear-attention layer is found by what its code calls, and served by its family:
+
+    * **Gated DeltaNet** (Qwen3-Next, Qwen3.5, Qwen3.5-MoE, Qwen4-exp, OLMo-hybrid, lara_mini):
+      the layer's calls to ``torch_chunk_gated_delta_rule`` and
+      ``torch_recurrent_gated_delta_rule`` (``log_gate`` per token, ``beta``, ``qk_l2norm``,
+      ``scale``; grouped value heads broadcast);
+    * **Kimi Delta Attention** (Kimi Linear, Bailing-hybrid, GLM-5-next):
+      ``chunk_kimi_delta_attention`` and ``recurrent_kimi_delta_attention`` (``log_gate`` per
+      key feature);
+    * **Mamba-2 SSD** (Mamba-2, Bamba, Zamba2, Falcon-H1, GraniteMoeHybrid, Nemotron-H):
+      ``mamba2_chunk_scan`` and ``mamba2_selective_state_update`` (``log_gate = dt * A``,
+      ``normalize=False``, the ``D`` skip);
+    * **Mamba selective scan** (Mamba, Falcon-Mamba, Jamba, Zamba): ``mamba_selective_scan`` and
+      ``mamba_selective_state_update`` (each channel a head, a gate per state feature);
+    * **Lightning Attention** (MiniMax): the layer's ``forward``, whose block loop is inline
+      (``decay=exp(-slope)`` per head, ``normalize=False``).
+
+    A served layer gets, on the instance, a copy of its class's method whose calls to those
+    functions go to rotary's versions of the same signature and meaning; the rest of the layer
+    (projections, convolution, gates, norms, the cache and its layout) stays transformers' own
+    code, as do the modeling module's functions, other models and the weights.  The fused
+    training kernels (``mamba2_split_conv1d_scan_combined``, ``mamba_inner_fn``) answer as their
+    torch fallback does (``None``), so training also runs rotary's scan.  Prefill, decoding with
+    the model's cache, ``generate``, gradients and packed documents (flash-linear-attention's
+    ``cu_seqlens``, mamba_ssm's ``seq_idx``) go through rotary.
+
+    Before anything is replaced, each of rotary's functions is called beside transformers' own
+    torch function (the reference under its kernel decorators) on probe inputs, and MiniMax's
+    forward beside the layer's; a layer where they differ, and a family rotary cannot express
+    (RWKV v4's log-space WKV, xLSTM's mLSTM, RecurrentGemma's RG-LRU), is refused: a
+    ``ValueError`` names each layer, its class, model type and family, and the reason, and the
+    model is left as it was.  ``model.rotary_linear_patch`` (a :class:`LinearPatchReport`) lists
+    what was served.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A loaded model (any torch module with ``named_modules()``).
+    strict : bool
+        ``False``: leave the layers rotary cannot serve as they are, listed with their reason in
+        ``model.rotary_linear_patch.kept``.
+
+    Returns
+    -------
+    model
+        The same model, patched.
+
+    See Also
+    --------
+    patched_linear_attention : patch for a ``with`` block.
+    patch : rotary's RoPE in the model's attention layers (the two combine).
+
+    Examples
+    --------
+    >>> import torch, transformers, rotary
+    >>> cfg = transformers.Mamba2Config(hidden_size=32, num_heads=4, head_dim=16, state_size=8, n_groups=1,
+    ...                                 num_hidden_layers=2, vocab_size=64, chunk_size=8)
+    >>> model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    >>> ids = torch.tensor([[1, 2, 3, 4, 5]])
+    >>> before = model(ids).logits
+    >>> report = rotary.hf.patch_linear_attention(model).rotary_linear_patch
+    >>> [(layer.path, layer.family) for layer in report.layers]
+    [('backbone.layers.0.mixer', 'Mamba-2 SSD'), ('backbone.layers.1.mixer', 'Mamba-2 SSD')]
+    >>> report.layers[0].functions
+    ('mamba2_chunk_scan', 'mamba2_selective_state_update', 'mamba2_split_conv1d_scan_combined')
+    >>> bool((model(ids).logits - before).abs().max() < 1e-5)
+    True
+    >>> rotary.hf.unpatch_linear_attention(model) is model
+    True
+    """
+    strict = v.check_bool(strict, "strict")
+    plans = _hf_linear.plan(model)
+    if not plans:
+        raise ValueError(
+            f"{type(model).__name__} has no linear-attention layer rotary knows (Gated DeltaNet, Kimi Delta "
+            "Attention, Mamba's or Mamba-2's scan, MiniMax's lightning attention): nothing to patch"
+        )
+    refused = [p for p in plans if p.reason]
+    if refused and (strict or len(refused) == len(plans)):
+        raise ValueError(_hf_linear.refusal(model, refused))
+    served = [p for p in plans if not p.reason]
+    layers = _hf_linear.install(served, model)
+    model.rotary_linear_patch = LinearPatchReport(tuple(layers), tuple((p.path, p.reason) for p in refused))
+    return model
+
+
+def unpatch_linear_attention(model: Any) -> Any:
+    """Restore the linear-attention layers :func:`patch_linear_attention` served; returns the model.
+
+    Each layer's methods are again its class's own (the instance attributes rotary set are
+    removed, or what was there before is put back); nothing else was changed.  Any part of the
+    model may be given: the layers under it are restored, and the report of the model that was
+    patched then lists only the layers still served (none: it goes).
+
+    Examples
+    --------
+    >>> import transformers, rotary
+    >>> cfg = transformers.Mamba2Config(hidden_size=32, num_heads=4, head_dim=16, state_size=8, n_groups=1,
+    ...                                 num_hidden_layers=1, vocab_size=64)
+    >>> model = rotary.hf.patch_linear_attention(transformers.AutoModelForCausalLM.from_config(cfg))
+    >>> mixer = model.backbone.layers[0].mixer
+    >>> rotary.hf.unpatch_linear_attention(model) is model, "forward" in vars(mixer)
+    (True, False)
+    """
+    if not callable(getattr(model, "named_modules", None)):
+        raise TypeError(f"model must be a transformers (torch) model, got {type(model).__name__}")
+    if _hf_linear.uninstall(model) == 0:
+        raise ValueError(f"{type(model).__name__} is not patched by rotary.hf.patch_linear_attention")
+    return model
+
+
+@contextlib.contextmanager
+def patched_linear_attention(model: Any, *, strict: bool = True) -> Iterator[LinearPatchReport]:
+    """:func:`patch_linear_attention` for a ``with`` block (restored on exit, errors included);
+    yields the :class:`LinearPatchReport`.
+
+    Examples
+    --------
+    >>> import torch, transformers, rotary
+    >>> cfg = transformers.Mamba2Config(hidden_size=32, num_heads=4, head_dim=16, state_size=8, n_groups=1,
+    ...                                 num_hidden_layers=1, vocab_size=64)
+    >>> model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    >>> with rotary.hf.patched_linear_attention(model) as report:
+    ...     out = model(torch.tensor([[1, 2, 3]])).logits
+    >>> [layer.family for layer in report.layers], hasattr(model, "rotary_linear_patch")
+    (['Mamba-2 SSD'], False)
+    """
+    patch_linear_attention(model, strict=strict)
+    try:
+        yield model.rotary_linear_patch
+    finally:
+        unpatch_linear_attention(model)
 
 
 def _patch_ropes(config: Any, keys: tuple[str | None, ...], angles: AngleMethod) -> dict[str | None, Rotary]:
