@@ -19,6 +19,7 @@ with the reason where they differ; a family rotary cannot express is refused by 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import re
@@ -32,7 +33,8 @@ from ._hf_patch import _model_type, _tensor, _text_config
 from ._lib._compat import array_namespace, device, to_numpy
 from ._linear_attention import LinearAttentionState, linear_attention
 
-#: A gate's log at most this far below 0 per step still fits the probe's float32 tolerance.
+#: The probes' tolerance, relative to the largest value (float32 rounding through a few
+#: hundred operations; a wrong formula is off by far more).
 _PROBE_TOL = 2.0**-13
 
 
@@ -772,8 +774,8 @@ def _leaves(x: Any) -> list[Any]:
     return [x]
 
 
-def _differ(got: Any, want: Any) -> str:
-    """Where two results (arrays, ``None``, tuples of them) differ beyond the probe's tolerance."""
+def _differ(got: Any, want: Any, tol: float = _PROBE_TOL) -> str:
+    """Where two results (arrays, ``None``, tuples of them) differ beyond ``tol`` (relative)."""
     g, w = _leaves(got), _leaves(want)
     if len(g) != len(w):
         return f"returns {len(g)} values, transformers' {len(w)}"
@@ -787,7 +789,7 @@ def _differ(got: Any, want: Any) -> str:
             return f"value {i} has shape {a.shape}, transformers' {b.shape}"
         scale = max(1.0, float(np.abs(b).max(initial=0.0)))
         err = float(np.abs(a - b).max(initial=0.0))
-        if not err <= _PROBE_TOL * scale:  # (NaN fails)
+        if not err <= tol * scale:  # (NaN fails)
             return f"value {i} differs from transformers' by {err:.3g} (scale {scale:.3g})"
     return ""
 
@@ -835,14 +837,21 @@ def _probe_lightning(module: Any, t: Any) -> str:
     xp = array_namespace(t)
     rng = np.random.default_rng(5)
     x = xp.asarray(rng.uniform(-1, 1, size=(2, 9, int(w.shape[1]))).astype(np.float32), device=device(t))
-    x = xp.astype(x, w.dtype)
     try:
-        want = type(module).forward(module, x, None, None)
-        got = lightning_forward(module, x, None, None)
+        # (a float32 copy: transformers' loop runs in the model's dtype, rotary's sums in float32)
+        probe = copy.deepcopy(module).float()
+        want = type(module).forward(probe, x, None, None)
+        got = lightning_forward(probe, x, None, None)
     except Exception as e:  # (whatever either raises: the reason it is refused)
         return f"probing its forward failed ({type(e).__name__}: {e})"
-    why = _differ(got, want)
+    # (weights cast to a narrower dtype than float32 differ from rotary's decays by their rounding)
+    eps = [float(xp.finfo(w.dtype).eps) for w in (*module.parameters(), *module.buffers()) if _real(xp, w)]
+    why = _differ(got, want, max([_PROBE_TOL, *(4.0 * e for e in eps)]))
     return f"rotary's forward does not match the layer's on probe inputs: {why}" if why else ""
+
+
+def _real(xp: Any, t: Any) -> bool:
+    return bool(xp.isdtype(t.dtype, "real floating"))
 
 
 def refusal(model: Any, refused: Iterable[_Plan]) -> str:
@@ -860,24 +869,13 @@ def refusal(model: Any, refused: Iterable[_Plan]) -> str:
 
 
 # -- installing -----------------------------------------------------------------------------------
-class _Overlay(dict[str, Any]):
-    """A function's globals: rotary's functions under transformers' names, then the modeling
-    module's own globals, read live (a dict subclass: CPython reads a missing global through
-    ``__missing__``)."""
-
-    __slots__ = ("base",)
-
-    def __init__(self, base: dict[str, Any], over: Mapping[str, Any]) -> None:
-        super().__init__(over)
-        self.base = base
-
-    def __missing__(self, key: str) -> Any:
-        return self.base[key]
-
-
 def rebind(fn: Any, over: Mapping[str, Any]) -> Any:
     """A copy of ``fn`` whose global lookups of ``over``'s names give ``over``'s values; its
-    decorators (closures over the function they wrap, ``functools.wraps``) are copied around it."""
+    decorators (closures over the function they wrap, ``functools.wraps``) are copied around it.
+
+    The copy's globals are a plain dict: the modeling module's globals as they are when the copy
+    is made (at the layer's first call after patching), then ``over`` (``torch.compile`` reads a
+    function's globals as a dict)."""
     inner = getattr(fn, "__wrapped__", None)
     if isinstance(inner, types.FunctionType) and fn.__closure__:
         cells = list(fn.__closure__)
@@ -892,7 +890,9 @@ def rebind(fn: Any, over: Mapping[str, Any]) -> Any:
                 new = _function(fn, fn.__globals__, tuple(cells))
                 new.__wrapped__ = new_inner
                 return new
-    return _function(fn, _Overlay(fn.__globals__, over), fn.__closure__)
+    glb = {k: v for k, v in fn.__globals__.items() if k != "__name__"}  # (not the module's dict:
+    # torch.compile reads an unnamed scope as a dict, a named one as the module's attributes)
+    return _function(fn, {**glb, **over}, fn.__closure__)
 
 
 def _function(fn: Any, glb: dict[str, Any], closure: Any) -> Any:

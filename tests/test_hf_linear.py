@@ -129,6 +129,48 @@ def test_served_model_matches_transformers(model_type):
     assert _globals(model) == functions
 
 
+#: One model type per family, for what is checked once per family.
+ONE_PER_FAMILY = ("qwen3_next", "kimi_linear", "mamba2", "mamba", "minimax")
+
+
+@pytest.mark.parametrize("model_type", ONE_PER_FAMILY)
+def test_gradients_match_transformers(model_type):
+    """Training (the fused kernels answer ``None`` as their torch fallback does, so Mamba's and
+    Mamba-2's layers take the unfused path, whose scan is rotary's): every parameter's gradient
+    within float32 rounding of the largest."""
+    model = tiny(model_type).train()
+    ids = _ids()
+
+    def grads():
+        model.zero_grad()
+        _out(model(ids)).pow(2).mean().backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    want = grads()
+    with rotary.hf.patched_linear_attention(model):
+        got = grads()
+    assert got.keys() == want.keys()
+    scale = max(float(g.abs().max()) for g in want.values())
+    for name, ref in want.items():
+        assert_close(got[name], ref.numpy(), like=ref, ulps=ULPS, scale=scale)
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_next", "minimax"])
+def test_bfloat16_model(model_type):
+    """A bfloat16 model (MiniMax's decay tables rounded to bfloat16, rotary's decay per step
+    from the rounded slope; the delta rule's sums in float32 in both): logits within bfloat16
+    rounding, the same tokens."""
+    model = tiny(model_type).to(torch.bfloat16)
+    want = run(model, model_type)
+    with rotary.hf.patched_linear_attention(model):
+        got = run(model, model_type)
+    assert torch.equal(got["tokens"], want["tokens"])
+    eps = float(torch.finfo(torch.bfloat16).eps)
+    for key in ("prefill", "cached", "generate"):  # (generate's logits come back in float32)
+        ref = want[key].float()
+        assert_close(got[key], ref.numpy(), like=want[key], ulps=0, atol=2 * eps * float(ref.abs().max()))
+
+
 def test_unpatch_restores_transformers_functions_and_other_models_are_untouched():
     a, b = tiny("qwen3_next"), tiny("qwen3_next")
     layer_a, layer_b = a.model.layers[0].linear_attn, b.model.layers[0].linear_attn
@@ -200,22 +242,27 @@ def test_not_a_linear_attention_model():
 
 
 # -- layers written here: the probe, and what transformers' torch code refuses --------------------
-def _layer_module(rule) -> type:
-    """A layer class in a module of its own whose forward calls ``rule`` under transformers' name."""
+def _layer_module(name: str, fn, call: str) -> type:
+    """A layer class (``Layer``) in a module of its own whose forward calls ``fn`` under
+    transformers' ``name``: ``call`` is its return expression."""
     mod = types.ModuleType("hf_linear_probe_layer")
-    mod.torch_chunk_gated_delta_rule = rule
+    setattr(mod, name, fn)
     code = (
         "import torch\n"
-        "class GatedDeltaLayer(torch.nn.Module):\n"
+        "class Layer(torch.nn.Module):\n"
         "    def __init__(self):\n"
         "        super().__init__()\n"
         "        self.w = torch.nn.Parameter(torch.ones(()))\n"
-        "    def forward(self, q, k, v, g, beta, **kw):\n"
-        "        kw['use_qk_l2norm_in_kernel'] = True\n"
-        "        return torch_chunk_gated_delta_rule(q, k, v, g=g, beta=beta, **kw)\n"
+        "    def forward(self, *args, **kw):\n"
+        f"        return {call}\n"
     )
     exec(compile(code, "<hf_linear_probe_layer>", "exec"), mod.__dict__)
-    return mod.GatedDeltaLayer
+    return mod.Layer
+
+
+def _gdn_layer(rule) -> type:
+    call = "torch_chunk_gated_delta_rule(*args, use_qk_l2norm_in_kernel=True, **kw)"
+    return _layer_module("torch_chunk_gated_delta_rule", rule, call)
 
 
 def _gdn():
@@ -238,11 +285,9 @@ def test_a_function_that_differs_is_refused_by_the_probe():
         out, state = ref(query, key, value, g=g, beta=beta, **kw)
         return out * 2.0, state
 
-    with pytest.raises(
-        ValueError, match=r"(?s)GatedDeltaLayer.*Gated DeltaNet.*does not match transformers'"
-    ):
-        rotary.hf.patch_linear_attention(_layer_module(doubled)())
-    layer = _layer_module(ref)()  # transformers' own function under its name: served
+    with pytest.raises(ValueError, match=r"(?s)\(Layer, .*Gated DeltaNet.*does not match transformers'"):
+        rotary.hf.patch_linear_attention(_gdn_layer(doubled)())
+    layer = _gdn_layer(ref)()  # transformers' own function under its name: served
     x = _inputs()
     with torch.no_grad():
         want, _ = layer(*x)
@@ -252,7 +297,9 @@ def test_a_function_that_differs_is_refused_by_the_probe():
 
 
 def test_packed_documents_which_transformers_torch_code_refuses():
-    layer = _layer_module(_gdn())()
+    """flash-linear-attention's ``cu_seqlens`` (the delta rule: each document's output and final
+    state, as separate calls give them) and mamba_ssm's ``seq_idx`` (the SSD)."""
+    layer = _gdn_layer(_gdn())()
     q, k, v, g, beta = _inputs()
     cu = torch.tensor([0, 5, 13])
     with torch.no_grad():
@@ -268,6 +315,25 @@ def test_packed_documents_which_transformers_torch_code_refuses():
     assert_close(out, want.numpy(), like=want, ulps=ULPS, scale=float(want.abs().max()))
     want_states = torch.cat([p[1] for p in parts], 0)  # (documents, value heads, d_k, d_v)
     assert_close(states, want_states.numpy(), like=want, ulps=ULPS, scale=float(want_states.abs().max()))
+
+    from transformers.models.mamba2 import modeling_mamba2 as m2
+
+    ssd = _layer_module("mamba2_chunk_scan", m2.mamba2_chunk_scan, "mamba2_chunk_scan(*args, **kw)")()
+    g = torch.Generator().manual_seed(6)
+    x, dt = torch.randn(1, 13, 4, 3, generator=g), torch.randn(1, 13, 4, generator=g)
+    B, C = torch.randn(1, 13, 2, 5, generator=g), torch.randn(1, 13, 2, 5, generator=g)
+    A, D = -torch.rand(4, generator=g) - 0.1, torch.randn(4, generator=g)
+    kw = {"D": D, "dt_bias": torch.randn(4, generator=g), "dt_softplus": True, "return_final_states": True}
+    seq_idx = torch.tensor([[0] * 5 + [1] * 8], dtype=torch.int32)
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="packed sequences"):
+            ssd(x, dt, A, B, C, 4, seq_idx=seq_idx, **kw)
+        parts = [ssd(x[:, a:b], dt[:, a:b], A, B[:, a:b], C[:, a:b], 4, **kw) for a, b in ((0, 5), (5, 13))]
+        rotary.hf.patch_linear_attention(ssd)
+        out, state = ssd(x, dt, A, B, C, 4, seq_idx=seq_idx, **kw)
+    want = torch.cat([p[0] for p in parts], 1)
+    assert_close(out, want.numpy(), like=want, ulps=ULPS, scale=float(want.abs().max()))
+    assert_close(state, parts[1][1].numpy(), like=want, ulps=ULPS, scale=float(parts[1][1].abs().max()))
 
 
 # -- the same layer in JAX -------------------------------------------------------------------------
