@@ -541,7 +541,7 @@ MLSTM = Family(
     {"chunkwise_kernel_fn": None},
     reason=(
         "xLSTM's mLSTM is refused: exponential input gates stabilised by a running maximum and the "
-        "normaliser max(|n^T q|, exp(-m)) are not a sum rotary's engine forms"
+        "normaliser max(abs(n^T q), exp(-m)) are not a sum rotary's engine forms"
     ),
 )
 RGLRU = Family(
@@ -741,8 +741,10 @@ def _check(p: _Plan, model: Any, probed: dict[tuple[int, str], str]) -> str:
     module = p.module
     for attr in p.methods:
         target = "_old_forward" if attr == "forward" and "_old_forward" in module.__dict__ else attr
-        if target in module.__dict__:
-            what = type(module.__dict__[target]).__name__
+        held = module.__dict__.get(target)
+        own = getattr(held, "__func__", None) is getattr(type(module), attr, None)
+        if held is not None and not (own and getattr(held, "__self__", None) is module):
+            what = type(held).__name__
             return f"its {attr} is replaced on the instance ({what}): rotary does not know what that computes"
     t = _tensor(module, model)
     if t is None:

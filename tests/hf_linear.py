@@ -260,9 +260,12 @@ def rst() -> str:
         "reason; ``strict=False`` leaves them on transformers' code, listed in the report):",
         "",
     ]
+    from rotary._hf_linear import FAMILIES as ROTARY_FAMILIES
+
+    why = {f.name: f.reason for f in ROTARY_FAMILIES}
     for f in FAMILIES:
         if f.reason:
-            lines.append(f"* {f.name}: {', '.join(f'``{m}``' for m in f.models)}")
+            lines.append(f"* {', '.join(f'``{m}``' for m in f.models)}: {why[f.name]}.")
     return "\n".join(lines) + "\n"
 
 

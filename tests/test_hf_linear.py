@@ -208,6 +208,24 @@ def test_patched_model_pickles_and_deep_copies():
         rotary.hf.patch_linear_attention(model)
 
 
+def test_accelerate_hooks():
+    """A layer wrapped by accelerate's hooks (``device_map``, offloading): served through the
+    hook's ``_old_forward``, and restored there."""
+    hooks = pytest.importorskip("accelerate.hooks")
+    model = tiny("mamba2")
+    layer = model.backbone.layers[0].mixer
+    hooks.add_hook_to_module(layer, hooks.ModelHook())
+    ids = _ids()
+    with torch.no_grad():
+        want = _out(model(ids))
+        rotary.hf.patch_linear_attention(model)
+        assert type(vars(layer)["_old_forward"]).__name__ == "LinearForward"
+        got = _out(model(ids))
+        rotary.hf.unpatch_linear_attention(model)
+        assert vars(layer)["_old_forward"].__func__ is type(layer).forward
+    assert_close(got, want.numpy(), like=want, ulps=ULPS, scale=float(want.abs().max()))
+
+
 @pytest.mark.parametrize("model_type", sorted(L.REFUSED))
 def test_refused_by_name(model_type):
     fam = L.REFUSED[model_type]
