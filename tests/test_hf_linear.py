@@ -64,7 +64,7 @@ def _ids(batch: int = 2, n: int = N):
 def run(model, model_type: str) -> dict:
     """The model's outputs: the whole prompt; the prompt through the cache (a prefill of 9, a
     chunk of 6 continued from the cache, then one token at a time); ``generate``'s tokens and
-    logits."""
+    logits (a batch of two, one row left-padded)."""
     ids = _ids()
     out = {}
     with torch.no_grad():
@@ -81,9 +81,11 @@ def run(model, model_type: str) -> dict:
             steps.append(_out(model(ids[:, a:b], cache=cache, use_cache=True)))
         out["cached"] = torch.cat(steps, 1)
         if model.can_generate():
+            mask = torch.ones_like(ids[:, :12])
+            mask[0, :3] = 0  # (a left-padded row)
             g = model.generate(
-                ids[:1, :12],
-                attention_mask=torch.ones_like(ids[:1, :12]),
+                ids[:, :12] * mask,
+                attention_mask=mask,
                 max_new_tokens=4,
                 do_sample=False,
                 output_logits=True,
@@ -357,8 +359,12 @@ def test_packed_documents_which_transformers_torch_code_refuses():
 # -- the same layer in JAX -------------------------------------------------------------------------
 def test_qwen3_5_layer_in_jax_gives_the_torch_layers_outputs():
     """The docs' port (docs/guides/porting.rst): a Qwen3.5 Gated DeltaNet layer, written in JAX
-    around one ``rotary.linear_attention`` call, gives the torch layer's outputs."""
+    around one ``rotary.linear_attention`` call, gives the torch layer's outputs (under
+    ``jax.jit``)."""
     pytest.importorskip("jax")
+    import functools
+
+    import jax
     import jax.numpy as jnp
 
     torch_layer = tiny("qwen3_5_text").model.layers[0].linear_attn
@@ -366,7 +372,8 @@ def test_qwen3_5_layer_in_jax_gives_the_torch_layers_outputs():
     with torch.no_grad():
         want = torch_layer(x)
     p = {name: jnp.asarray(t.detach().numpy()) for name, t in torch_layer.state_dict().items()}
-    got = qwen3_5_gated_deltanet(p, jnp.asarray(x.numpy()), hk=2, hv=4, dk=16, dv=8)
+    layer = jax.jit(functools.partial(qwen3_5_gated_deltanet, hk=2, hv=4, dk=16, dv=8))  # (one compile)
+    got = layer(p, jnp.asarray(x.numpy()))
     assert_close(got, want.numpy(), like=got, ulps=ULPS, scale=float(want.abs().max()))
 
 
