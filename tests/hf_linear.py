@@ -41,8 +41,8 @@ MLA = {
     **dict(first_k_dense_replace=1, n_group=1, topk_group=1, num_key_value_heads=4),
     **dict(q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16),
 }
-#: Mamba-2 hybrids: 4 heads in 2 groups, chunks of 8 (the 21-token prompt spans three), weights
-#: large enough that the scan, not the ``D`` skip, sets the logits.
+#: The Mamba hybrids' weights large enough that the scan, not the ``D`` skip, sets the logits
+#: (Mamba-2's: 4 heads in 2 groups, chunks of 8: the 21-token prompt spans three).
 SSD = {"initializer_range": 0.2}
 
 
@@ -163,6 +163,7 @@ FAMILIES: tuple[Family, ...] = (
             ),
             "jamba": {
                 **COMMON,
+                "initializer_range": 0.1,
                 **dict(
                     attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1
                 ),
@@ -170,6 +171,7 @@ FAMILIES: tuple[Family, ...] = (
             },
             "zamba": {
                 **COMMON,
+                "initializer_range": 0.1,
                 **dict(num_hidden_layers=3, layers_block_type=["linear_attention", "hybrid", "hybrid"]),
                 **dict(mamba_d_state=8, n_mamba_heads=2, attention_head_dim=16),
             },
