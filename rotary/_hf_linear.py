@@ -398,6 +398,10 @@ class Family:
         dataclasses.field(default_factory=dict)
     )
 
+    def __post_init__(self) -> None:
+        for name in ("functions", "probes"):
+            object.__setattr__(self, name, types.MappingProxyType(dict(getattr(self, name))))
+
     @property
     def served(self) -> bool:
         return not self.reason

@@ -195,6 +195,22 @@ def test_unpatch_restores_transformers_functions_and_other_models_are_untouched(
             rotary.hf.unpatch_linear_attention(a)
 
 
+def test_combines_with_rotarys_rope():
+    """``rotary.hf.patch`` (RoPE in the attention layers) and ``patch_linear_attention`` (the
+    linear-attention layers) on one model, each undone by its own unpatch."""
+    model = tiny("qwen3_next")
+    ids = _ids()
+    with torch.no_grad():
+        want = _out(model(ids))
+        rotary.hf.patch_linear_attention(rotary.hf.patch(model, angles="float32"))
+        assert [m.path for m in model.rotary_patch.modules] == ["model.rotary_emb"]
+        assert [m.path for m in model.rotary_linear_patch.layers] == ["model.layers.0.linear_attn"]
+        got = _out(model(ids))
+        rotary.hf.unpatch_linear_attention(rotary.hf.unpatch(model))
+        assert torch.equal(_out(model(ids)), want)
+    assert_close(got, want.numpy(), like=want, ulps=ULPS, scale=float(want.abs().max()))
+
+
 def test_patched_model_pickles_and_deep_copies():
     model = rotary.hf.patch_linear_attention(tiny("mamba2"))
     ids = _ids(1, 9)
