@@ -397,18 +397,20 @@ def _gates(
         g = xp.log(d)[..., None, None] if pf else xp.log(d)[..., None]
     if log_gate is not None:
         lg, host = _as_array(log_gate, "log_gate", xp, be, k)
+        # (one gate per key of each state: the leading axes of k and v, as the state's)
+        keys = (*kv_lead, k.shape[-2])
         if pf:
-            want = (*k.shape[:-1], k.shape[-1] if F is None else F)
+            want = (*keys, k.shape[-1] if F is None else F)
             if not chk.broadcasts_to(tuple(lg.shape), want):
                 raise ValueError(
                     f"log_gate of shape {tuple(lg.shape)} (a gate per token and key feature: as many axes "
-                    f"as k) does not broadcast to {want} (k.shape[:-1] and the feature width F)"
+                    f"as k) does not broadcast to {want} (the keys' axes and the feature width F)"
                 )
-        elif not chk.broadcasts_to(tuple(lg.shape), tuple(k.shape[:-1])):
+        elif not chk.broadcasts_to(tuple(lg.shape), keys):
             raise ValueError(
-                f"log_gate of shape {tuple(lg.shape)} does not broadcast to k.shape[:-1] = "
-                f"{tuple(k.shape[:-1])} (one gate per key; per query head under grouped-query "
-                "attention is not possible: the state is the keys')"
+                f"log_gate of shape {tuple(lg.shape)} does not broadcast to {keys}, the leading axes of k "
+                f"and v and the keys (k.shape[:-1] = {tuple(k.shape[:-1])}; one gate per key of each state: "
+                "per query head under grouped-query attention is not possible, the state is the keys')"
             )
         # (reductions, not a mask of every value: no copy of the gates' size)
         if host is not None and host.size and not host.max() <= 0:
@@ -766,7 +768,7 @@ def linear_attention_state(
     ):
         statics = (*statics, fast_paths_enabled())
         p = eager_positions(be, pos, "pos", k, "k")
-        dec, lg = _eager_gates(be, decay, log_gate, k)
+        dec, lg = _eager_gates(be, decay, log_gate, k, v)
         exs = _Extras(
             *(
                 None if x is None else _as_array(x, n, xp, be, k)[0]
@@ -816,7 +818,7 @@ def linear_attention_state(
     if be.jit_eagerly() and _jittable(statics):
         statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
         p = eager_positions(be, pos, "pos", k, "k")
-        dec, lg = _eager_gates(be, decay, log_gate, k)
+        dec, lg = _eager_gates(be, decay, log_gate, k, v)
         S, z, ld, _ = be.jit(_state_jit, (0,))(statics, k, v, p, key_mask, dec, lg, None)
         return LinearAttentionState(S, z, k.shape[-2], ld)
     plan, nonneg = _plan(feature_map, similarity, 0.0, normalize, k, None, be, qk_l2norm)
@@ -1295,7 +1297,7 @@ def linear_attention(
         # program (no Python scalar moves to the device)
         p = eager_positions(be, pos, "pos", q, "q")
         kp = eager_positions(be, k_pos, "k_pos", k, "k")
-        dec, lg = _eager_gates(be, decay, log_gate, k)
+        dec, lg = _eager_gates(be, decay, log_gate, k, v)
         exs = _Extras(
             *(
                 None if x is None else _as_array(x, n, be.xp, be, k)[0]
@@ -1719,7 +1721,8 @@ def _row_offset(runs: Array, off0: Any, m: Any, xp: Namespace) -> Any:
     count = xp.sum(xp.astype(runs == last, dt), axis=-1, dtype=dt)
     if is_array(off0) and off0.dtype != dt:
         off0 = xp.astype(off0, dt)
-    return count + xp.astype(last[..., 0] == 0, dt) * off0
+    # (a 0-d array, not a NumPy scalar, for one row: what rotary returns is an array)
+    return xp.asarray(count + xp.astype(last[..., 0] == 0, dt) * off0)
 
 
 def _doc_offsets(be: Backend, off0: Any, docs: Docs, dev: Device) -> Array:
@@ -2151,7 +2154,7 @@ def _jittable(statics: tuple[Any, ...]) -> bool:
     return True
 
 
-def _eager_gates(be: Backend, decay: Any, log_gate: Any, k: Array) -> tuple[Any, Any]:
+def _eager_gates(be: Backend, decay: Any, log_gate: Any, k: Array, v: Array) -> tuple[Any, Any]:
     """``decay`` and ``log_gate`` as arrays (traced by the compiled call), values checked here."""
     out: list[Any] = []
     for name, x in (("decay", decay), ("log_gate", log_gate)):
@@ -2160,15 +2163,8 @@ def _eager_gates(be: Backend, decay: Any, log_gate: Any, k: Array) -> tuple[Any,
             continue
         out.append(_as_array(x, name, be.xp, be, k)[0])
     if out[0] is not None or out[1] is not None:
-        kv_lead = tuple(k.shape[:-2])
-        _gates(
-            out[0],
-            out[1],
-            k,
-            kv_lead if out[0] is None else tuple(out[0].shape),
-            be.compute_dtype(k.dtype),
-            be,
-        )
+        kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
+        _gates(out[0], out[1], k, kv_lead, be.compute_dtype(k.dtype), be)
     return out[0], out[1]
 
 
@@ -2332,12 +2328,12 @@ def _extra_arrays(
     """``beta``, ``u``, ``a``, ``b`` as arrays of ``k``'s library and device in the compute dtype,
     their shapes checked (and ``beta``'s values where they can be read)."""
     xp = be.xp
-    tokens = tuple(k.shape[:-1])
+    tokens = (*kv_lead, k.shape[-2])  # (one per key of each state: k's and v's leading axes)
     want = {
-        "beta": (tokens, "one per key: k.shape[:-1]"),
+        "beta": (tokens, "one per key of each state: the leading axes of k and v, and the keys"),
         "u": ((*kv_lead, F), "one per key head and feature: (*k.shape[:-2], F)"),
-        "a": ((*tokens, F), "one vector per key: (*k.shape[:-1], F)"),
-        "b": ((*tokens, F), "one vector per key: (*k.shape[:-1], F)"),
+        "a": ((*tokens, F), "one vector per key of each state, of the feature width F"),
+        "b": ((*tokens, F), "one vector per key of each state, of the feature width F"),
     }
     out: dict[str, Any] = {}
     for name in _Extras._fields:
@@ -2702,14 +2698,16 @@ def _step_values(be: Backend, x: Any, name: str, cdt: DType, k: Array) -> tuple[
     return (x if x.dtype == cdt else be.xp.astype(x, cdt)), be.readable_values(x)
 
 
-def _gate_values(be: Backend, x: Any, name: str, cdt: DType, k: Array) -> Array:
+def _gate_values(be: Backend, x: Any, name: str, cdt: DType, k: Array, kv_lead: tuple[Any, ...]) -> Array:
     """A decoding step's ``log_gate`` (or ``decay``, as its log) in the compute dtype, its values
     checked where they can be read (the shapes were checked with the call's signature)."""
     arr, host = _step_values(be, x, name, cdt, k)
     if host is not None and host.size:
         ok = ((host > 0) & (host <= 1)) if name == "decay" else ((host <= 0) & (host > -math.inf))
         if not ok.all():
-            return _gates(x if name == "decay" else None, x if name == "log_gate" else None, k, (), cdt, be)
+            return _gates(
+                x if name == "decay" else None, x if name == "log_gate" else None, k, kv_lead, cdt, be
+            )
     return be.xp.log(arr) if name == "decay" else arr
 
 
@@ -2764,15 +2762,16 @@ def _family_decoder(
         g = None
         for name, x in (("decay", decay), ("log_gate", log_gate)):
             if x is not None:
-                gx = _gate_values(be, x, name, plan.cdt, k)
+                gx = _gate_values(be, x, name, plan.cdt, k, kv_lead)
                 if name == "decay":
                     gx = gx[..., None, None] if fam.per_feature else gx[..., None]
                 g = gx if g is None else g + gx
         ex = _extra_values(extras, be, k, plan.cdt)
         u = None if ex.u is None else ex.u[..., None, :]
         if fast_step is not None:
+            turn = rot
             res_fast = fast_step(
-                q, k, v, S, g, ex.beta, ex.a, ex.b, u, None if rot is None else lambda c, e: rot(c, e, pos)
+                q, k, v, S, g, ex.beta, ex.a, ex.b, u, None if turn is None else lambda c, e: turn(c, e, pos)
             )
             if res_fast is not None:
                 return _decoded(q, res_fast[0], res_fast[1], g, off, ld0)

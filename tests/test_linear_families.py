@@ -391,3 +391,19 @@ def test_family_table_is_generated():
     assert page.read_text(encoding="utf-8") == rst(), (
         "regenerate: python tests/linear_families.py --rst " + str(page)
     )
+
+
+@pytest.mark.parametrize("name", ["Gated DeltaNet", "Kimi Delta Attention"])
+def test_grouped_value_heads(backend, rng, name):
+    """Qwen3-Next's layout: more value heads than query and key heads.  q and k ``(B, Hk, 1, N,
+    d)``, values, gates and beta one per value head ``(B, Hk, Hv / Hk, N, .)``: the leading axes
+    broadcast, no copy of q and k; the same as q and k repeated per value head."""
+    fam = BY_NAME[name]
+    x = inputs(fam, rng, (2, 3), 11, F, DV)  # (key heads, value heads per key head)
+    x["q"], x["k"] = x["q"][:, :1], x["k"][:, :1]
+    cv = _conv(backend)
+    out = rotary.linear_attention(cv(x["q"]), cv(x["k"]), cv(x["v"]), chunk_size=4, **keywords(fam, x, cv))
+    xs = {nm: to_numpy(cv(a)).astype(np.float64) for nm, a in x.items()}
+    rep = {**xs, "q": np.repeat(xs["q"], 3, axis=1), "k": np.repeat(xs["k"], 3, axis=1)}
+    ref, _ = recurrence(rep["q"], rep["k"], rep["v"], **oracle_keywords(fam, rep))
+    assert_close(out, ref, like=cv(x["q"]), scale=_scale(ref), ulps=256)
