@@ -17,7 +17,7 @@ from ._config import RopeConfig
 from ._decay import decay_bound
 from ._functional import apply, rotate
 from ._lib._cache import CacheInfo, cache_info, clear_cache, fast_paths, set_cache_limit
-from ._linear_attention import (
+from ._linear import (
     FEATURE_MAPS,
     LinearAttentionState,
     combine,

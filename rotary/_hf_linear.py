@@ -31,7 +31,7 @@ import numpy as np
 
 from ._hf_patch import _model_type, _tensor, _text_config
 from ._lib._compat import array_namespace, device, to_numpy
-from ._linear_attention import LinearAttentionState, linear_attention
+from ._linear import LinearAttentionState, linear_attention
 
 #: The probes' tolerance, relative to the largest value (float32 rounding through a few
 #: hundred operations; a wrong formula is off by far more).

@@ -48,7 +48,7 @@ from ._lib import _validation as chk  # (where v names the values)
 from ._lib import _validation as v
 from ._lib._compat import array_namespace, entry, is_array, library_name, not_an_array
 from ._lib._typing import Array
-from ._linear_attention import LinearAttentionState, linear_attention, linear_attention_state
+from ._linear import LinearAttentionState, linear_attention, linear_attention_state
 
 __all__ = [
     "SHARDINGS",
