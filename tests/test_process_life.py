@@ -75,6 +75,112 @@ def test_fork_while_a_thread_holds_the_cache_does_not_hang_the_child():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_fork_while_a_thread_makes_a_librarys_first_call_never_hangs_the_child():
+    # Issue 50, finding 6: a process forked while another thread made rotary's first torch call;
+    # the child waited forever on the lock of a module that thread was importing (rotary's torch
+    # backend; array_api_compat's wrapper).  Every import rotary makes after its own import is
+    # taken under one lock that a fork waits for.  Here, for every installed library, fresh
+    # processes (children of one that imported the libraries and rotary, and called nothing)
+    # each start a thread making the library's first call and fork while it runs, 100 forks in
+    # all; every grandchild must exit within the time limit, never hang.  Each makes rotary's
+    # part of that first call (every import, up to a refused argument), then the whole call for
+    # a fork-safe library, NumPy's for torch: torch is not fork-safe while another thread runs
+    # its operations for the first time (it makes each operator's handle on its first call; a
+    # fork inside that leaves the child waiting on it, outside rotary's reach).  JAX and Dask
+    # are not fork-safe while another thread uses them (JAX's runtime, Dask's tokenize lock):
+    # there the child makes NumPy's calls only.
+    out = _run(
+        """
+        import importlib.util, os, random, signal, sys, threading, time, warnings
+        warnings.simplefilter("ignore")  # (fork with threads, and JAX's word on it: the point here)
+        import numpy as np
+        FORKS, ROUNDS, LIMIT_S = 100, 4, 30
+        NAMES = ("numpy", "torch", "jax", "dask", "array_api_strict")
+        LIBS = [m for m in NAMES if importlib.util.find_spec(m)]
+        SUB = {"jax": "jax.numpy", "dask": "dask.array"}
+        mods = {m: importlib.import_module(SUB.get(m, m)) for m in LIBS}
+        import rotary  # (no call yet: each round's process makes the first call of a library)
+
+        def data(lib):
+            # (made by the library's own operation: a library's first operation in a process
+            # sets up state of its own, which a fork can catch half done, torch's CPU kernel
+            # choice among it; a process with data has run its library before calling rotary)
+            x = np.ones((2, 5, 8), np.float32)
+            if lib == "torch":
+                mods[lib].set_num_threads(1)
+                return mods[lib].from_numpy(x) + 0
+            if lib == "dask":
+                return mods[lib].from_array(x, chunks=(1, 5, 8)) + 0
+            return mods[lib].asarray(x) + 0
+
+        def first_call(x):
+            return rotary.rotate(x, np.arange(5))
+
+        def child_calls(lib, x, whole):
+            try:
+                rotary.rotate(x, "not positions")  # (rotary's imports, then a refused argument)
+            except TypeError:
+                pass
+            else:
+                os._exit(4)
+            first_call(whole)
+
+        def round_(lib, forks):
+            x = data(lib)
+            mine = data("numpy" if lib in ("jax", "dask") else lib)
+            whole = data("numpy" if lib in ("torch", "jax", "dask") else lib)
+            t = threading.Thread(target=first_call, args=(x,))
+            kids = []
+            t.start()
+            while len(kids) < forks:
+                time.sleep(random.uniform(0, 0.004) if t.is_alive() else 0)
+                pid = os.fork()
+                if pid == 0:
+                    signal.alarm(LIMIT_S + 30)  # (a hung child never outlives the test)
+                    child_calls(lib, mine, whole)
+                    os._exit(0)
+                kids.append(pid)
+            t.join()
+            deadline = time.monotonic() + LIMIT_S
+            for pid in kids:
+                while True:
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                    if done:
+                        code = os.waitstatus_to_exitcode(status)
+                        if code:
+                            return f"{lib}: a forked child exited with {code}"
+                        break
+                    if time.monotonic() > deadline:
+                        for p in kids:
+                            try:
+                                os.kill(p, signal.SIGKILL)
+                            except ProcessLookupError:
+                                pass
+                        return f"{lib}: a forked child hung (rotary's first {lib} call in another thread)"
+                    time.sleep(0.002)
+            return None
+
+        per_lib, total = -(-FORKS // len(LIBS)), 0
+        for lib in LIBS:
+            for r in range(ROUNDS):
+                n = per_lib // ROUNDS + (r < per_lib % ROUNDS)
+                pid = os.fork()
+                if pid == 0:
+                    err = round_(lib, n)
+                    if err:
+                        print(err, flush=True)
+                    os._exit(1 if err else 0)
+                _, status = os.waitpid(pid, 0)
+                assert os.waitstatus_to_exitcode(status) == 0, f"round {r} of {lib}"
+                total += n
+        print(total, len(LIBS))
+        """
+    )
+    assert out.split()[0] == "100"
+
+
+@pytest.mark.slow
 def test_an_interrupt_at_any_bytecode_of_the_cache_or_its_keys_leaves_every_later_call_right():
     # Issue 44, reproduction 8: a KeyboardInterrupt between the two statements of the cache's
     # put stored an entry without counting its bytes.  Issue 50, finding 7: an exception raised

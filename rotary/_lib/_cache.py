@@ -31,6 +31,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from . import _compat
+from ._process import after_fork_in_child
 from ._validation import check_bool, check_int
 
 __all__ = [
@@ -165,7 +166,7 @@ class _Cache:
     whatever a key's code raises; an interrupt between two of them loses at most the entry in
     hand.  The bytes held are recomputed from the entries, never kept as a running count, so an
     interrupt between any two bytecodes leaves the accounting true; the lock is re-made in a
-    forked child (:meth:`after_fork`)."""
+    forked child (:meth:`after_fork`, run by :mod:`._process`)."""
 
     def __init__(self, limit: int) -> None:
         self._data: dict[Hashable, tuple[Any, int]] = {}
@@ -217,8 +218,7 @@ class _Cache:
 
 _CACHE = _Cache(_env_limit())
 _OFF: set[str] = set()
-if hasattr(os, "register_at_fork"):  # (POSIX: DataLoader workers and multiprocessing fork)
-    os.register_at_fork(after_in_child=lambda: _CACHE.after_fork())
+after_fork_in_child(lambda: _CACHE.after_fork())
 
 
 def get_or_build(key: Hashable, build: Callable[[], tuple[V, int]], kind: StateKind) -> V:
