@@ -12,7 +12,7 @@ import numpy as np
 
 from ._backends import Backend
 from ._lib import _validation as chk
-from ._lib._compat import array_namespace, host_values, is_array, library_name
+from ._lib._compat import array_namespace, host_values, is_array, is_numpy, library_name, what
 from ._lib._typing import Array, Device
 from ._math import _documents
 
@@ -45,7 +45,7 @@ def documents(
     dev = be.creation_device(x)
     idt = _index_dtype(be, dev)
     if cu_seqlens is not None:
-        cu, host = _int_array(be, cu_seqlens, "cu_seqlens", dev)
+        cu, host = _int_array(be, cu_seqlens, "cu_seqlens", dev, x, x_name)
         if cu.ndim != 1 or (cu.shape[0] is not None and cu.shape[0] < 1):
             raise ValueError(
                 f"cu_seqlens must be 1-d with n_docs + 1 >= 1 entries (0, then the running total of the "
@@ -69,11 +69,13 @@ def documents(
         runs = _documents.runs_from_cu_seqlens(cu, n, xp, dev, idt, be.searchsorted_ok(dev))
         return Docs(runs, cu, int(cu.shape[0]) - 1)
     seg: Any = segment_ids
-    if not is_array(seg) or library_name(array_namespace(seg)) != be.name:
-        seg, _ = _int_array(be, seg, "segment_ids", dev)
-    if not chk.is_integral(seg.dtype) and not xp.isdtype(seg.dtype, "bool"):
-        raise TypeError(f"segment_ids must be integers (one id per token), got {chk.dtype_name(seg.dtype)}")
-    be.check_devices([(x_name, x), ("segment_ids", seg)])
+    if _own(be, seg, "segment_ids", x, x_name):
+        if not chk.is_integral(seg.dtype) and not xp.isdtype(seg.dtype, "bool"):
+            raise TypeError(
+                f"segment_ids must be integers (one id per token), got {chk.dtype_name(seg.dtype)}"
+            )
+    else:
+        seg, _ = _int_array(be, seg, "segment_ids", dev, x, x_name)
     lead = tuple(x.shape[:-1])
     if seg.ndim < 1 or seg.shape[-1] != n or not chk.broadcasts_to(tuple(seg.shape), lead):
         raise ValueError(
@@ -83,14 +85,33 @@ def documents(
     return Docs(_documents.runs_from_segments(seg, xp, idt, be.cumsum), None, None)
 
 
-def _int_array(be: Backend, x: Any, name: str, device: Device) -> tuple[Any, Any]:
-    """``x`` as an integer array of ``be``, and its values where they can be read (host values
-    always: they are checked before they move)."""
-    if is_array(x) and library_name(array_namespace(x)) == be.name:
-        if not chk.is_integral(x.dtype):
-            raise TypeError(f"{name} must be an integer array, got {chk.dtype_name(x.dtype)}")
-        return x, be.readable_values(x)
-    host = host_values(x, name)
+def _own(be: Backend, b: Any, name: str, x: Array, x_name: str) -> bool:
+    """Boundaries ``b`` are an array of ``x``'s library, on ``x``'s device (``ValueError``
+    otherwise); ``False`` for host values (Python values, NumPy arrays), which rotary moves.  An
+    array of another library is refused, as positions are: its values are never read through a
+    way of its own (a ``meta`` tensor has none; another device's would be read back)."""
+    if not is_array(b):
+        return False
+    lib = library_name(array_namespace(b, names=(name,)))
+    if lib != be.name:
+        if is_numpy(b):
+            return False
+        raise TypeError(
+            f"{name} is a {what(b)} but {x_name} is a {be.name} array; pass {name} of the same "
+            f"library (on {x_name}'s device), a NumPy array or a Python sequence"
+        )
+    be.check_devices([(x_name, x), (name, b)])
+    return True
+
+
+def _int_array(be: Backend, b: Any, name: str, device: Device, x: Array, x_name: str) -> tuple[Any, Any]:
+    """Boundaries ``b`` as an integer array of ``be`` on ``x``'s device (:func:`_own`), and their
+    values where they can be read (host values always: they are checked before they move)."""
+    if _own(be, b, name, x, x_name):
+        if not chk.is_integral(b.dtype):
+            raise TypeError(f"{name} must be an integer array, got {chk.dtype_name(b.dtype)}")
+        return b, be.readable_values(b)
+    host = host_values(b, name)
     if host.size and not (np.issubdtype(host.dtype, np.integer) or host.dtype == bool):
         raise TypeError(f"{name} must hold integers, got dtype {host.dtype}")
     return be.to_device(host.astype(np.int64), _index_dtype(be, device), device), host
@@ -125,6 +146,7 @@ def positions_along(be: Backend, x: Array, cu_seqlens: Any, segment_ids: Any, x_
     n = x.shape[-2]
     thd = False
     if cu_seqlens is not None and x.ndim >= 3:
+        _own(be, cu_seqlens, "cu_seqlens", x, x_name)  # (checked before its total is read)
         total = _known_total(be, cu_seqlens)
         thd = total is not None and total != n and x.shape[-3] == total
     if thd:
