@@ -6,13 +6,22 @@ become run ids; the positions they imply restart at 0 in each document.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ._backends import Backend
 from ._lib import _validation as chk
-from ._lib._compat import array_namespace, host_values, is_array, is_numpy, library_name, what
+from ._lib._compat import (
+    array_namespace,
+    host_values,
+    is_array,
+    is_host_positions,
+    is_numpy,
+    library_name,
+    what,
+)
 from ._lib._typing import Array, Device
 from ._math import _documents
 
@@ -66,7 +75,7 @@ def documents(
                     f"{', '.join(bad)}: it must be 0, then the running total of the document lengths, "
                     f"ending at the number of tokens"
                 )
-        runs = _documents.runs_from_cu_seqlens(cu, n, xp, dev, idt, be.searchsorted_ok(dev))
+        runs = _compiled(be, _runs_of_cu, (n, xp, dev, idt, be.searchsorted_ok(dev)), cu)
         return Docs(runs, cu, int(cu.shape[0]) - 1)
     seg: Any = segment_ids
     if _own(be, seg, "segment_ids", x, x_name):
@@ -82,7 +91,40 @@ def documents(
             f"segment_ids of shape {tuple(seg.shape)} do not match {x_name}'s tokens: one id per token, "
             f"shape (..., {n}) broadcasting to {x_name}.shape[:-1] = {lead}"
         )
-    return Docs(_documents.runs_from_segments(seg, xp, idt, be.cumsum), None, None)
+    return Docs(_compiled(be, _runs_of_segments, (xp, idt, be.cumsum), seg), None, None)
+
+
+def _compiled(be: Backend, fn: Callable[..., Array], statics: tuple[Any, ...], *arrays: Any) -> Array:
+    """``fn(statics, *arrays)``, as one compiled program where the library runs eager calls so
+    (JAX outside a trace: op by op, each index and Python scalar would move to the device, which
+    ``jax.transfer_guard("disallow")`` refuses)."""
+    if be.jit_eagerly():
+        out: Array = be.jit(fn, (0,))(statics, *arrays)
+        return out
+    return fn(statics, *arrays)
+
+
+def _runs_of_cu(statics: tuple[Any, ...], cu: Array) -> Array:
+    n, xp, dev, idt, search = statics
+    return _documents.runs_from_cu_seqlens(cu, n, xp, dev, idt, search)
+
+
+def _runs_of_segments(statics: tuple[Any, ...], seg: Array) -> Array:
+    xp, idt, cumsum = statics
+    return _documents.runs_from_segments(seg, xp, idt, cumsum)
+
+
+def _positions_of_runs(statics: tuple[Any, ...], runs: Array, offsets: Any) -> Array:
+    xp, per_document = statics
+    pos = _documents.positions_in_runs(runs, xp)
+    if offsets is None:
+        return pos
+    if is_array(offsets) and offsets.dtype != pos.dtype:
+        offsets = xp.astype(offsets, pos.dtype)
+    if per_document:
+        return pos + xp.take(offsets, runs, axis=0)
+    first = xp.astype(runs == 0, pos.dtype)  # (the row's first document: run 0)
+    return pos + first * (offsets[..., None] if is_array(offsets) else offsets)
 
 
 def _own(be: Backend, b: Any, name: str, x: Array, x_name: str) -> bool:
@@ -122,16 +164,10 @@ def implied_positions(be: Backend, docs: Docs, offsets: Any = None) -> Array:
     where documents continue a state: one per document of ``cu_seqlens``; with segment ids,
     where each row's first document continues (an integer, or an array broadcasting against
     the rows ``runs.shape[:-1]``), every later document of the row from 0."""
-    xp = be.xp
-    pos = _documents.positions_in_runs(docs.runs, xp)
-    if offsets is None:
-        return pos
-    if is_array(offsets) and offsets.dtype != pos.dtype:
-        offsets = xp.astype(offsets, pos.dtype)
-    if docs.cu is not None:
-        return pos + xp.take(offsets, docs.runs, axis=0)
-    first = xp.astype(docs.runs == 0, pos.dtype)  # (the row's first document: run 0)
-    return pos + first * (offsets[..., None] if is_array(offsets) else offsets)
+    if offsets is not None and is_host_positions(offsets) and be.jit_eagerly():
+        # (host offsets moved explicitly: a Python scalar given to the compiled program moves too)
+        offsets = be.to_device(np.asarray(offsets), docs.runs.dtype, be.creation_device(docs.runs))
+    return _compiled(be, _positions_of_runs, (be.xp, docs.cu is not None), docs.runs, offsets)
 
 
 def positions_along(be: Backend, x: Array, cu_seqlens: Any, segment_ids: Any, x_name: str) -> Array:

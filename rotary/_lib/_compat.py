@@ -120,6 +120,12 @@ def _torch_tensor(x: object) -> bool:
     return tensor is not None and isinstance(x, tensor)
 
 
+def _jax_array(x: object) -> bool:
+    """``x`` is a ``jax.Array`` (tracers included), without importing JAX."""
+    array = getattr(sys.modules.get("jax"), "Array", None)
+    return array is not None and isinstance(x, array)
+
+
 def refusal(x: object) -> str | None:
     """Why ``x``, which looks like an array, is not served (``None``: it is, or it is no array).
 
@@ -292,16 +298,21 @@ def array_namespace(*arrays: Any, names: tuple[str, ...] = ()) -> Namespace:
             return array_api_compat.array_namespace(np.empty(0))
     if all(_torch_tensor(a) for _, a in real):
         return _torch_namespace()
-    try:
-        with _importing():  # (its dispatch imports its wrapper of a library the first time)
-            xp = array_api_compat.array_namespace(*(a for _, a in real))
-    except TypeError:
-        label = names or tuple(f"arg{i}" for i in range(len(arrays)))
-        kinds = ", ".join(f"{label[i]}: {what(a)}" for i, a in real)
-        raise TypeError(
-            f"arrays must all come from the same array library; got {kinds}. "
-            "Convert them to one library first (positions may also be NumPy arrays or Python values)."
-        ) from None
+    if all(_jax_array(a) for _, a in real):
+        # (the arrays' own namespace: array_api_compat's first lookup of a JAX array type makes
+        # an array, a host-to-device transfer that jax.transfer_guard("disallow") refuses)
+        xp = real[0][1].__array_namespace__()
+    else:
+        try:
+            with _importing():  # (its dispatch imports its wrapper of a library the first time)
+                xp = array_api_compat.array_namespace(*(a for _, a in real))
+        except TypeError:
+            label = names or tuple(f"arg{i}" for i in range(len(arrays)))
+            kinds = ", ".join(f"{label[i]}: {what(a)}" for i, a in real)
+            raise TypeError(
+                f"arrays must all come from the same array library; got {kinds}. "
+                "Convert them to one library first (positions may also be NumPy arrays or Python values)."
+            ) from None
     xp = check_standard(_mended(xp))
     if library_name(xp) == "dask":  # (never memoised by type: each call's shapes are checked)
         _check_known_sizes(real, names)
