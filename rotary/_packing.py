@@ -6,13 +6,22 @@ become run ids; the positions they imply restart at 0 in each document.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from ._backends import Backend
 from ._lib import _validation as chk
-from ._lib._compat import array_namespace, host_values, is_array, library_name
+from ._lib._compat import (
+    array_namespace,
+    host_values,
+    is_array,
+    is_host_positions,
+    is_numpy,
+    library_name,
+    what,
+)
 from ._lib._typing import Array, Device
 from ._math import _documents
 
@@ -45,7 +54,7 @@ def documents(
     dev = be.creation_device(x)
     idt = _index_dtype(be, dev)
     if cu_seqlens is not None:
-        cu, host = _int_array(be, cu_seqlens, "cu_seqlens", dev)
+        cu, host = _int_array(be, cu_seqlens, "cu_seqlens", dev, x, x_name)
         if cu.ndim != 1 or (cu.shape[0] is not None and cu.shape[0] < 1):
             raise ValueError(
                 f"cu_seqlens must be 1-d with n_docs + 1 >= 1 entries (0, then the running total of the "
@@ -66,31 +75,85 @@ def documents(
                     f"{', '.join(bad)}: it must be 0, then the running total of the document lengths, "
                     f"ending at the number of tokens"
                 )
-        runs = _documents.runs_from_cu_seqlens(cu, n, xp, dev, idt, be.searchsorted_ok(dev))
+        runs = _compiled(be, _runs_of_cu, (n, xp, dev, idt, be.searchsorted_ok(dev)), cu)
         return Docs(runs, cu, int(cu.shape[0]) - 1)
     seg: Any = segment_ids
-    if not is_array(seg) or library_name(array_namespace(seg)) != be.name:
-        seg, _ = _int_array(be, seg, "segment_ids", dev)
-    if not chk.is_integral(seg.dtype) and not xp.isdtype(seg.dtype, "bool"):
-        raise TypeError(f"segment_ids must be integers (one id per token), got {chk.dtype_name(seg.dtype)}")
-    be.check_devices([(x_name, x), ("segment_ids", seg)])
+    if _own(be, seg, "segment_ids", x, x_name):
+        if not chk.is_integral(seg.dtype) and not xp.isdtype(seg.dtype, "bool"):
+            raise TypeError(
+                f"segment_ids must be integers (one id per token), got {chk.dtype_name(seg.dtype)}"
+            )
+    else:
+        seg, _ = _int_array(be, seg, "segment_ids", dev, x, x_name)
     lead = tuple(x.shape[:-1])
     if seg.ndim < 1 or seg.shape[-1] != n or not chk.broadcasts_to(tuple(seg.shape), lead):
         raise ValueError(
             f"segment_ids of shape {tuple(seg.shape)} do not match {x_name}'s tokens: one id per token, "
             f"shape (..., {n}) broadcasting to {x_name}.shape[:-1] = {lead}"
         )
-    return Docs(_documents.runs_from_segments(seg, xp, idt, be.cumsum), None, None)
+    return Docs(_compiled(be, _runs_of_segments, (xp, idt, be.cumsum), seg), None, None)
 
 
-def _int_array(be: Backend, x: Any, name: str, device: Device) -> tuple[Any, Any]:
-    """``x`` as an integer array of ``be``, and its values where they can be read (host values
-    always: they are checked before they move)."""
-    if is_array(x) and library_name(array_namespace(x)) == be.name:
-        if not chk.is_integral(x.dtype):
-            raise TypeError(f"{name} must be an integer array, got {chk.dtype_name(x.dtype)}")
-        return x, be.readable_values(x)
-    host = host_values(x, name)
+def _compiled(be: Backend, fn: Callable[..., Array], statics: tuple[Any, ...], *arrays: Any) -> Array:
+    """``fn(statics, *arrays)``, as one compiled program where the library runs eager calls so
+    (JAX outside a trace: op by op, each index and Python scalar would move to the device, which
+    ``jax.transfer_guard("disallow")`` refuses)."""
+    if be.jit_eagerly():
+        out: Array = be.jit(fn, (0,))(statics, *arrays)
+        return out
+    return fn(statics, *arrays)
+
+
+def _runs_of_cu(statics: tuple[Any, ...], cu: Array) -> Array:
+    n, xp, dev, idt, search = statics
+    return _documents.runs_from_cu_seqlens(cu, n, xp, dev, idt, search)
+
+
+def _runs_of_segments(statics: tuple[Any, ...], seg: Array) -> Array:
+    xp, idt, cumsum = statics
+    return _documents.runs_from_segments(seg, xp, idt, cumsum)
+
+
+def _positions_of_runs(statics: tuple[Any, ...], runs: Array, offsets: Any) -> Array:
+    xp, per_document = statics
+    pos = _documents.positions_in_runs(runs, xp)
+    if offsets is None:
+        return pos
+    if is_array(offsets) and offsets.dtype != pos.dtype:
+        offsets = xp.astype(offsets, pos.dtype)
+    if per_document:
+        return pos + xp.take(offsets, runs, axis=0)
+    first = xp.astype(runs == 0, pos.dtype)  # (the row's first document: run 0)
+    return pos + first * (offsets[..., None] if is_array(offsets) else offsets)
+
+
+def _own(be: Backend, b: Any, name: str, x: Array, x_name: str) -> bool:
+    """Boundaries ``b`` are an array of ``x``'s library, on ``x``'s device (``ValueError``
+    otherwise); ``False`` for host values (Python values, NumPy arrays), which rotary moves.  An
+    array of another library is refused, as positions are: its values are never read through a
+    way of its own (a ``meta`` tensor has none; another device's would be read back)."""
+    if not is_array(b):
+        return False
+    lib = library_name(array_namespace(b, names=(name,)))
+    if lib != be.name:
+        if is_numpy(b):
+            return False
+        raise TypeError(
+            f"{name} is a {what(b)} but {x_name} is a {be.name} array; pass {name} of the same "
+            f"library (on {x_name}'s device), a NumPy array or a Python sequence"
+        )
+    be.check_devices([(x_name, x), (name, b)])
+    return True
+
+
+def _int_array(be: Backend, b: Any, name: str, device: Device, x: Array, x_name: str) -> tuple[Any, Any]:
+    """Boundaries ``b`` as an integer array of ``be`` on ``x``'s device (:func:`_own`), and their
+    values where they can be read (host values always: they are checked before they move)."""
+    if _own(be, b, name, x, x_name):
+        if not chk.is_integral(b.dtype):
+            raise TypeError(f"{name} must be an integer array, got {chk.dtype_name(b.dtype)}")
+        return b, be.readable_values(b)
+    host = host_values(b, name)
     if host.size and not (np.issubdtype(host.dtype, np.integer) or host.dtype == bool):
         raise TypeError(f"{name} must hold integers, got dtype {host.dtype}")
     return be.to_device(host.astype(np.int64), _index_dtype(be, device), device), host
@@ -101,16 +164,10 @@ def implied_positions(be: Backend, docs: Docs, offsets: Any = None) -> Array:
     where documents continue a state: one per document of ``cu_seqlens``; with segment ids,
     where each row's first document continues (an integer, or an array broadcasting against
     the rows ``runs.shape[:-1]``), every later document of the row from 0."""
-    xp = be.xp
-    pos = _documents.positions_in_runs(docs.runs, xp)
-    if offsets is None:
-        return pos
-    if is_array(offsets) and offsets.dtype != pos.dtype:
-        offsets = xp.astype(offsets, pos.dtype)
-    if docs.cu is not None:
-        return pos + xp.take(offsets, docs.runs, axis=0)
-    first = xp.astype(docs.runs == 0, pos.dtype)  # (the row's first document: run 0)
-    return pos + first * (offsets[..., None] if is_array(offsets) else offsets)
+    if offsets is not None and is_host_positions(offsets) and be.jit_eagerly():
+        # (host offsets moved explicitly: a Python scalar given to the compiled program moves too)
+        offsets = be.to_device(np.asarray(offsets), docs.runs.dtype, be.creation_device(docs.runs))
+    return _compiled(be, _positions_of_runs, (be.xp, docs.cu is not None), docs.runs, offsets)
 
 
 def positions_along(be: Backend, x: Array, cu_seqlens: Any, segment_ids: Any, x_name: str) -> Array:
@@ -125,6 +182,7 @@ def positions_along(be: Backend, x: Array, cu_seqlens: Any, segment_ids: Any, x_
     n = x.shape[-2]
     thd = False
     if cu_seqlens is not None and x.ndim >= 3:
+        _own(be, cu_seqlens, "cu_seqlens", x, x_name)  # (checked before its total is read)
         total = _known_total(be, cu_seqlens)
         thd = total is not None and total != n and x.shape[-3] == total
     if thd:

@@ -230,9 +230,9 @@ def causal_linear_attention_dask(
     mask = kwargs.get("key_mask")
     if mask is not None and library_name(array_namespace(mask)) != "dask":
         kwargs["key_mask"] = da.asarray(mask)
-    from ._backends._dask import DaskBackend
-
     be = backend_for(array_namespace(arrays[0]))
+    from ._backends._dask import DaskBackend  # (loaded by backend_for: no import left to do)
+
     assert isinstance(be, DaskBackend)
     qd, kd, vd = arrays
     with be.scan_method(scan):

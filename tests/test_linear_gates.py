@@ -252,6 +252,22 @@ def test_jax_gradients_and_jit_of_gates(rng):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=10 * tol, atol=10 * tol)
 
 
+def test_python_decay_and_gates_under_torch_compile_fullgraph(rng):
+    """Issue 50, finding 4: ``decay=0.9`` (a Python float, as documented) failed under
+    ``torch.compile(fullgraph=True)``: its range check branched on NumPy values, which Dynamo
+    traces as tensors.  Python values are checked as Python values: the decay an argument of
+    the compiled function, the gates a nested Python list."""
+    torch = pytest.importorskip("torch")
+    q, k, v = (torch.from_numpy(rng.normal(size=(2, 3, 8, 6)).astype(np.float32)) for _ in range(3))
+    lg = [[[-0.1 * (i + 1)] * 8 for i in range(3)]] * 2
+
+    def f(q, k, v, d):
+        return rotary.linear_attention(q, k, v, None, causal=True, decay=d, log_gate=lg)
+
+    got = torch.compile(f, fullgraph=True, backend="eager")(q, k, v, 0.9)
+    assert_close(got, f(q, k, v, 0.9), like=q, ulps=16)
+
+
 def test_long_strong_decay_is_stable(backend):
     """4096 tokens of strong decay (log-gate -5 per token): no overflow, no NaN, the output is
     the last few tokens' (the decays are formed from sums of the gates in between)."""
@@ -284,6 +300,17 @@ def test_gate_errors(backend, rng):
             la(q, k, v, None, causal=True, log_gate=backend.asarray(np.full((2, 3, 6), -np.inf), "float32"))
     with pytest.raises(ValueError, match="log_gate of shape"):
         la(q, k, v, None, causal=True, log_gate=backend.asarray(np.zeros((2, 3, 5)), "float32"))
+    # Python values, checked as Python values (issue 50): per head, nested, any bad one named
+    with pytest.raises(ValueError, match=r"decay must lie in \(0, 1\].*got 0.0"):
+        la(q, k, v, None, causal=True, decay=[0.9, 0.0, 0.5])
+    with pytest.raises(ValueError, match=r"decay must lie in \(0, 1\].*got nan"):
+        la(q, k, v, None, causal=True, decay=float("nan"))
+    with pytest.raises(ValueError, match=r"log_gate must be <= 0 and finite.*got 0\.1"):
+        la(q, k, v, None, causal=True, log_gate=[[[-0.1] * 5 + [0.1]] * 3] * 2)
+    with pytest.raises(ValueError, match="document boundary"):
+        la(q, k, v, None, causal=True, log_gate=[[[-0.1] * 5 + [-np.inf]] * 3] * 2)
+    with pytest.raises(TypeError, match="decay must hold numbers, got a str"):
+        la(q, k, v, None, causal=True, decay=[0.9, "0.5", 0.9])
     with pytest.raises(ValueError, match="one sequence"):
         la(
             q,

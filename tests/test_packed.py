@@ -229,6 +229,56 @@ def test_bad_boundaries_one_clear_error(backend, rng):
         rotary.rotate(q, backend.asarray(np.arange(N), _int(backend)), cu_seqlens=CU)
 
 
+def _every_entry_point(q, k, v, docs):
+    return {
+        "linear_attention": lambda: rotary.linear_attention(q, k, v, None, causal=True, **docs),
+        "attention": lambda: rotary.attention(q, k, v, None, causal=True, **docs),
+        "rotate": lambda: rotary.rotate(q, **docs),
+        "apply": lambda: rotary.apply(q, k, **docs),
+        "linear_attention_state": lambda: rotary.linear_attention_state(k, v, None, **docs),
+    }
+
+
+def test_boundaries_of_another_library_are_refused(backend, rng):
+    """Issue 50, finding 3: boundaries are checked for their library like every other array:
+    an array of ``q``'s library, a NumPy array or a Python sequence (served everywhere in this
+    file); any other library's array is refused by name (its values were read through a way of
+    its own)."""
+    strict = pytest.importorskip("array_api_strict")
+    torch = pytest.importorskip("torch")
+    q, k, v = _qkv(backend, rng)
+    own = type(backend.asarray(CU, _int(backend)))
+    lib = next(m for m in (strict, torch) if type(m.asarray(CU)) is not own)
+    ids = np.repeat(np.arange(len(LENGTHS)), LENGTHS)
+    other, other_ids = lib.asarray(CU), lib.asarray(ids)
+    for name, b in (("cu_seqlens", other), ("segment_ids", other_ids)):
+        for call in _every_entry_point(q, k, v, {name: b}).values():
+            with pytest.raises(TypeError, match=f"{name} is a .* but (q|k|x) is a"):
+                call()
+
+
+def test_boundaries_on_another_device_are_refused():
+    """Issue 50, finding 3: ``cu_seqlens`` on torch's ``meta`` device (no values) beside data on
+    the CPU was read without a check: outputs off by 2.3, silently, in every entry point.  Like
+    segment ids and positions, boundaries on another device than the data are refused by name,
+    both ways."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    q, k, v = (torch.from_numpy(rng.normal(size=(H, N, w)).astype(np.float32)) for w in (D, D, DV))
+    ids = np.repeat(np.arange(len(LENGTHS)), LENGTHS)
+    for name, host in (("cu_seqlens", CU), ("segment_ids", ids)):
+        meta = torch.asarray(host).to("meta")
+        for call in _every_entry_point(q, k, v, {name: meta}).values():
+            with pytest.raises(ValueError, match=f"{name} is on device meta but (q|k|x) is on device cpu"):
+                call()
+        qm, km, vm = (x.to("meta") for x in (q, k, v))
+        for call in _every_entry_point(qm, km, vm, {name: torch.asarray(host)}).values():
+            with pytest.raises(ValueError, match=f"{name} is on device cpu but (q|k|x) is on device meta"):
+                call()
+        for call in _every_entry_point(qm, km, vm, {name: meta}).values():  # (one device: served)
+            call()
+
+
 def is_backend_array(x):
     return not isinstance(x, list)
 

@@ -5,6 +5,7 @@ in a fresh interpreter."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import textwrap
@@ -73,76 +74,214 @@ def test_fork_while_a_thread_holds_the_cache_does_not_hang_the_child():
     )
 
 
-def test_an_interrupt_at_any_bytecode_of_the_cache_keeps_its_accounting_true():
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_fork_while_a_thread_makes_a_librarys_first_call_never_hangs_the_child():
+    # Issue 50, finding 6: a process forked while another thread made rotary's first torch call;
+    # the child waited forever on the lock of a module that thread was importing (rotary's torch
+    # backend; array_api_compat's wrapper).  Every import rotary makes after its own import is
+    # taken under one lock that a fork waits for.  Here, for every installed library, fresh
+    # processes (children of one that imported the libraries and rotary, and called nothing)
+    # each start a thread making the library's first call and fork while it runs, 100 forks in
+    # all; every grandchild must exit within the time limit, never hang.  Each makes rotary's
+    # part of that first call (every import, up to a refused argument), then the whole call for
+    # a fork-safe library, NumPy's for torch: torch is not fork-safe while another thread runs
+    # its operations for the first time (it makes each operator's handle on its first call; a
+    # fork inside that leaves the child waiting on it, outside rotary's reach).  JAX and Dask
+    # are not fork-safe while another thread uses them (JAX's runtime, Dask's tokenize lock):
+    # there the child makes NumPy's calls only.
+    out = _run(
+        """
+        import importlib.util, os, random, signal, sys, threading, time, warnings
+        warnings.simplefilter("ignore")  # (fork with threads, and JAX's word on it: the point here)
+        import numpy as np
+        FORKS, ROUNDS, LIMIT_S = 100, 4, 30
+        NAMES = ("numpy", "torch", "jax", "dask", "array_api_strict")
+        LIBS = [m for m in NAMES if importlib.util.find_spec(m)]
+        SUB = {"jax": "jax.numpy", "dask": "dask.array"}
+        mods = {m: importlib.import_module(SUB.get(m, m)) for m in LIBS}
+        import rotary  # (no call yet: each round's process makes the first call of a library)
+
+        def data(lib):
+            # (made by the library's own operation: a library's first operation in a process
+            # sets up state of its own, which a fork can catch half done, torch's CPU kernel
+            # choice among it; a process with data has run its library before calling rotary)
+            x = np.ones((2, 5, 8), np.float32)
+            if lib == "torch":
+                mods[lib].set_num_threads(1)
+                return mods[lib].from_numpy(x) + 0
+            if lib == "dask":
+                return mods[lib].from_array(x, chunks=(1, 5, 8)) + 0
+            return mods[lib].asarray(x) + 0
+
+        def first_call(x):
+            return rotary.rotate(x, np.arange(5))
+
+        def child_calls(lib, x, whole):
+            try:
+                rotary.rotate(x, "not positions")  # (rotary's imports, then a refused argument)
+            except TypeError:
+                pass
+            else:
+                os._exit(4)
+            first_call(whole)
+
+        def round_(lib, forks):
+            x = data(lib)
+            mine = data("numpy" if lib in ("jax", "dask") else lib)
+            whole = data("numpy" if lib in ("torch", "jax", "dask") else lib)
+            t = threading.Thread(target=first_call, args=(x,))
+            kids = []
+            t.start()
+            while len(kids) < forks:
+                time.sleep(random.uniform(0, 0.004) if t.is_alive() else 0)
+                pid = os.fork()
+                if pid == 0:
+                    signal.alarm(LIMIT_S + 30)  # (a hung child never outlives the test)
+                    child_calls(lib, mine, whole)
+                    os._exit(0)
+                kids.append(pid)
+            t.join()
+            deadline = time.monotonic() + LIMIT_S
+            for pid in kids:
+                while True:
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                    if done:
+                        code = os.waitstatus_to_exitcode(status)
+                        if code:
+                            return f"{lib}: a forked child exited with {code}"
+                        break
+                    if time.monotonic() > deadline:
+                        for p in kids:
+                            try:
+                                os.kill(p, signal.SIGKILL)
+                            except ProcessLookupError:
+                                pass
+                        return f"{lib}: a forked child hung (rotary's first {lib} call in another thread)"
+                    time.sleep(0.002)
+            return None
+
+        per_lib, total = -(-FORKS // len(LIBS)), 0
+        for lib in LIBS:
+            for r in range(ROUNDS):
+                n = per_lib // ROUNDS + (r < per_lib % ROUNDS)
+                pid = os.fork()
+                if pid == 0:
+                    err = round_(lib, n)
+                    if err:
+                        print(err, flush=True)
+                    os._exit(1 if err else 0)
+                _, status = os.waitpid(pid, 0)
+                assert os.waitstatus_to_exitcode(status) == 0, f"round {r} of {lib}"
+                total += n
+        print(total, len(LIBS))
+        """
+    )
+    assert out.split()[0] == "100"
+
+
+@pytest.mark.slow
+def test_an_interrupt_at_any_bytecode_of_the_cache_or_its_keys_leaves_every_later_call_right():
     # Issue 44, reproduction 8: a KeyboardInterrupt between the two statements of the cache's
-    # put stored an entry without counting its bytes; after set_cache_limit(0) ("0 keeps
-    # nothing") the cache kept entries and reported negative bytes.  Here an interrupt is raised
-    # at every bytecode of the cache's code in turn (a trace function), inside a call that
-    # stores, inside set_cache_limit and inside clear_cache; after each, the cache must keep
-    # nothing at limit 0, never report negative bytes, and answer right.  The sweep is
-    # deterministic, so one pass is the same as a hundred.
+    # put stored an entry without counting its bytes.  Issue 50, finding 7: an exception raised
+    # while a cache key was hashed or compared inside an OrderedDict operation (a configuration's
+    # or a scaling's Python __hash__/__eq__ runs there) left the dict's links and table apart:
+    # every later call raised KeyError until clear_cache().  Here an exception is raised at every
+    # bytecode of the cache's code, and of every __hash__/__eq__ run while the cache is on the
+    # stack (the keys' code inside its dict operations), in turn: KeyboardInterrupt and
+    # MemoryError by turns, inside a call that hits, a call that stores, set_cache_limit and
+    # clear_cache.  After each, the cache keeps nothing at limit 0, never reports negative bytes,
+    # and every later call answers right.  Each operation's bytecodes are counted first, so the
+    # sweep is exactly as long as the code it covers; it is deterministic: one pass is the same
+    # as a hundred.
     out = _run(
         """
         import sys
         import numpy as np, rotary
         from rotary._lib import _cache
         CACHE_FILE = _cache.__file__
+        KEY_CODE = ("__hash__", "__eq__")
         x = np.random.default_rng(0).normal(size=(2, 6, 8)).astype(np.float32)
-        ref = {n: rotary.rotate(x[:, :n], np.arange(n)) for n in range(1, 7)}
+        ref = {n: rotary.rotate(x[:, :n], np.arange(n)) for n in range(1, 5)}
 
         class Stop(KeyboardInterrupt):
             pass
 
+        class OutOfMemory(MemoryError):
+            pass
+
+        def in_cache(frame):
+            while frame is not None:
+                if frame.f_code.co_filename == CACHE_FILE:
+                    return True
+                frame = frame.f_back
+            return False
+
         def interrupt_at(k, fn):
+            \"\"\"Raise at the k-th bytecode run in the cache's code or in a key's code run inside
+            it (k = 0: none, count them); whether it landed, and the count.\"\"\"
             count = [0]
             def local(frame, event, arg):
-                frame.f_trace_opcodes = True
                 if event == "opcode":
                     count[0] += 1
                     if count[0] == k:
-                        raise Stop
+                        raise (Stop if k % 2 else OutOfMemory)()
                 return local
             def glob(frame, event, arg):
-                if frame.f_code.co_filename == CACHE_FILE:
+                code = frame.f_code
+                if code.co_filename == CACHE_FILE or (code.co_name in KEY_CODE and in_cache(frame.f_back)):
                     frame.f_trace_opcodes = True
                     return local
                 return None
             sys.settrace(glob)
             try:
                 fn()
-                return 0
-            except Stop:
-                return 1
+                landed = 0
+            except (Stop, OutOfMemory):
+                landed = 1
             finally:
                 sys.settrace(None)
+            return landed, count[0]
 
-        landed, bad = 0, []
-        for k in range(1, 400):
+        def setup():
             rotary.clear_cache()
             rotary.set_cache_limit(64 * 2**20)
             for n in (1, 2):
                 rotary.rotate(x[:, :n], np.arange(n))
-            for op in (
-                lambda: rotary.rotate(x[:, :3], np.arange(3)),
-                lambda: rotary.set_cache_limit(1000),
-                lambda: rotary.clear_cache(),
-            ):
-                landed += interrupt_at(k, op)
-                if rotary.cache_info().nbytes < 0:
-                    bad.append((k, "negative bytes", rotary.cache_info()))
-            rotary.set_cache_limit(0)
-            info = rotary.cache_info()
-            if info.entries or info.nbytes:
-                bad.append((k, "limit 0 kept", info))
-            rotary.set_cache_limit(64 * 2**20)
-            for n in range(1, 7):
-                if not np.array_equal(rotary.rotate(x[:, :n], np.arange(n)), ref[n]):
-                    bad.append((k, "wrong answer", n))
+
+        OPS = {
+            "a call that hits": lambda: rotary.rotate(x[:, :2], np.arange(2)),
+            "a call that stores": lambda: rotary.rotate(x[:, :3], np.arange(3)),
+            "set_cache_limit": lambda: rotary.set_cache_limit(1000),
+            "clear_cache": lambda: rotary.clear_cache(),
+        }
+        landed, bad, counts = 0, [], {}
+        for name, op in OPS.items():
+            setup()
+            counts[name] = interrupt_at(0, op)[1]
+            for k in range(1, counts[name] + 1):
+                setup()
+                landed += interrupt_at(k, op)[0]
+                try:
+                    if rotary.cache_info().nbytes < 0:
+                        bad.append((name, k, "negative bytes", rotary.cache_info()))
+                    for n in (2, 3, 4):
+                        if not np.array_equal(rotary.rotate(x[:, :n], np.arange(n)), ref[n]):
+                            bad.append((name, k, "wrong answer", n))
+                    rotary.set_cache_limit(0)
+                    info = rotary.cache_info()
+                    if info.entries or info.nbytes:
+                        bad.append((name, k, "limit 0 kept", info))
+                except Exception as e:
+                    bad.append((name, k, repr(e)[:200]))
         assert not bad, bad[:5]
+        print(counts)
         print(landed)
         """
     )
-    assert int(out.split()[-1]) > 200  # (the interrupts did land, in all three operations)
+    counts = ast.literal_eval(out.splitlines()[-2])  # (the bytecodes covered, per operation)
+    assert all(n > 40 for n in counts.values()), counts
+    assert int(out.split()[-1]) == sum(counts.values())  # (every interrupt landed)
 
 
 @pytest.mark.parametrize("mode", ["raise", "warn"])

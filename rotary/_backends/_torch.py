@@ -39,6 +39,7 @@ import torch.autograd.forward_ad as _forward_ad
 
 from .._lib import _validation as v
 from .._lib._cache import fast_paths_enabled, get_or_build, register_library
+from .._lib._process import after_fork_in_child, load
 from .._lib._typing import Array, Device, DType, Layout, Namespace
 from .._math._rotation import pair_partners
 from . import _eager
@@ -82,9 +83,9 @@ def _plain_function_modes() -> bool:
     if not torch._C._len_torch_function_stack():
         return True
     from torch.overrides import _get_current_function_mode_stack
-    from torch.utils._device import DeviceContext
 
-    return all(isinstance(m, DeviceContext) for m in _get_current_function_mode_stack())
+    device_context = load("torch.utils._device").DeviceContext  # (imported by no mode but that one)
+    return all(isinstance(m, device_context) for m in _get_current_function_mode_stack())
 
 
 def _untraced() -> bool:
@@ -223,16 +224,13 @@ _GRAPH_MAX = 256  # then it starts over (compiled graphs whose constant went rec
 _GRAPH_LOCK = threading.Lock()
 
 
+@after_fork_in_child
 def _graph_after_fork() -> None:
     """In a forked child: a new lock, and no names if a thread held the old one at the fork."""
     global _GRAPH_LOCK
     if not _GRAPH_LOCK.acquire(blocking=False):
         _GRAPH_NAMES.clear()
     _GRAPH_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_graph_after_fork)
 
 
 def _graph_constant_name(build: ConstantBuilder, plain: Any, kind: str, device: Any, dtype: Any) -> str:
@@ -767,7 +765,8 @@ class TorchBackend(Backend):
         ):
             return None
         try:
-            from ._triton import rope_op
+            load(f"{__package__}._triton")  # (the first time: under the lock a fork waits for)
+            from ._triton import rope_op  # (now a lookup, which torch.compile traces)
         except ImportError:  # no triton
             return None
         dev = self.creation_device(q)

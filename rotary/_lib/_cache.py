@@ -23,7 +23,6 @@ value is one that a plain eager call would have made.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import contextvars
 import os
@@ -32,6 +31,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from . import _compat
+from ._process import after_fork_in_child
 from ._validation import check_bool, check_int
 
 __all__ = [
@@ -157,12 +157,19 @@ def _env_limit() -> int:
 class _Cache:
     """Entries in least-recently-used order, each with its bytes.
 
-    The bytes held are recomputed from the entries, never kept as a running count, so an
-    interrupt (``KeyboardInterrupt``, a signal handler's exception) between any two bytecodes
-    leaves the accounting true; the lock is re-made in a forked child (:func:`_after_fork`)."""
+    The entries live in a plain ``dict`` (its insertion order is the order of use: a hit is
+    taken out and put back at the end), never an ``OrderedDict``: a key's ``__hash__`` and
+    ``__eq__`` are Python code (a configuration's, a scaling's, a user's) that runs inside the
+    dictionary's own operations, and an exception raised there (``KeyboardInterrupt``,
+    ``MemoryError``) leaves a plain ``dict`` as it was, where it left an ``OrderedDict``'s links
+    and table apart for good (issue 50).  So every change is one ``dict`` operation, atomic
+    whatever a key's code raises; an interrupt between two of them loses at most the entry in
+    hand.  The bytes held are recomputed from the entries, never kept as a running count, so an
+    interrupt between any two bytecodes leaves the accounting true; the lock is re-made in a
+    forked child (:meth:`after_fork`, run by :mod:`._process`)."""
 
     def __init__(self, limit: int) -> None:
-        self._data: collections.OrderedDict[Hashable, tuple[Any, int]] = collections.OrderedDict()
+        self._data: dict[Hashable, tuple[Any, int]] = {}
         self._lock = threading.RLock()
         self.limit = limit
         self.hits = self.misses = self.evictions = 0
@@ -173,11 +180,11 @@ class _Cache:
 
     def get(self, key: Hashable) -> Any:
         with self._lock:
-            hit = self._data.get(key)
+            hit = self._data.pop(key, None)
             if hit is None:
                 self.misses += 1
                 return None
-            self._data.move_to_end(key)
+            self._data[key] = hit  # (now the most recently used)
             self.hits += 1
             return hit[0]
 
@@ -191,7 +198,7 @@ class _Cache:
     def _shrink(self) -> None:
         held = self.nbytes
         while held > self.limit and self._data:
-            _, (_, n) = self._data.popitem(last=False)
+            _, n = self._data.pop(next(iter(self._data)))  # (the least recently used)
             held -= n
             self.evictions += 1
 
@@ -206,13 +213,12 @@ class _Cache:
         held = not self._lock.acquire(blocking=False)
         self._lock = threading.RLock()
         if held:
-            self._data = collections.OrderedDict()
+            self._data = {}
 
 
 _CACHE = _Cache(_env_limit())
 _OFF: set[str] = set()
-if hasattr(os, "register_at_fork"):  # (POSIX: DataLoader workers and multiprocessing fork)
-    os.register_at_fork(after_in_child=lambda: _CACHE.after_fork())
+after_fork_in_child(lambda: _CACHE.after_fork())
 
 
 def get_or_build(key: Hashable, build: Callable[[], tuple[V, int]], kind: StateKind) -> V:

@@ -8,8 +8,8 @@ dispatch is ``functools.lru_cache``-d, which ``torch.compile`` warns about on ev
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import importlib
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import array_api_compat
 import numpy as np
 
+from ._process import importing, load
 from ._typing import Array, Device, Namespace
 
 __all__ = [
@@ -72,15 +73,24 @@ def _library_scope() -> Any:
     the caller's setting.  (A dictionary read when JAX is not imported; skipped while
     ``torch.compile`` traces, where no JAX array can be.)"""
     jax = sys.modules.get("jax")
-    if jax is None:
-        return None
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.compiler.is_compiling():
+    if jax is None or _torch_compiling():
         return None
     config = getattr(jax, "config", None)
     if config is None or getattr(config, "jax_numpy_rank_promotion", "allow") == "allow":
         return None
     return jax.numpy_rank_promotion("allow")
+
+
+def _torch_compiling() -> bool:
+    """A ``torch.compile`` trace is being recorded (a dictionary read when torch is not imported)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and bool(torch.compiler.is_compiling())
+
+
+def _importing() -> contextlib.AbstractContextManager[None]:
+    """:func:`._process.importing`, except under a ``torch.compile`` trace, which cannot trace a
+    lock (and where the first import of a module is Dynamo's, at trace time)."""
+    return contextlib.nullcontext() if _torch_compiling() else importing()
 
 
 def entry(fn: F) -> F:
@@ -108,6 +118,12 @@ def _torch_tensor(x: object) -> bool:
     (``torch.compile`` traces this: a dictionary read and an ``isinstance``.)"""
     tensor = getattr(sys.modules.get("torch"), "Tensor", None)  # (None while torch is imported)
     return tensor is not None and isinstance(x, tensor)
+
+
+def _jax_array(x: object) -> bool:
+    """``x`` is a ``jax.Array`` (tracers included), without importing JAX."""
+    array = getattr(sys.modules.get("jax"), "Array", None)
+    return array is not None and isinstance(x, array)
 
 
 def refusal(x: object) -> str | None:
@@ -227,14 +243,22 @@ def memo_types(*, enabled: bool) -> None:
     _MEMO_TYPES[0] = enabled
 
 
+def _torch_namespace() -> Namespace:
+    """``array_api_compat.torch``: imported the first time by :func:`._process.load` (under the
+    lock a fork waits for), then an import statement (a lookup), which ``torch.compile`` traces
+    (the module :func:`load` returns would reach the trace as a constant without a source)."""
+    load("array_api_compat.torch")
+    import array_api_compat.torch as torch_xp
+
+    return torch_xp
+
+
 def namespace_of(*arrays: Any, names: tuple[str, ...]) -> Namespace:
     """The namespace of ``arrays``, which must all be arrays (``TypeError`` naming the first that
     is not) of one library."""
     t = type(arrays[0])
     if _torch_tensor(arrays[0]) and all(type(a) is t for a in arrays[1:]):
-        import array_api_compat.torch as torch_xp  # served directly (see the module docstring)
-
-        return torch_xp
+        return _torch_namespace()  # served directly (see the module docstring)
     hit = _BY_TYPE.get(t)
     if hit is not None and all(type(a) is t for a in arrays[1:]):
         return check_standard(hit)
@@ -270,20 +294,25 @@ def array_namespace(*arrays: Any, names: tuple[str, ...] = ()) -> Namespace:
             arg = names[i] if i < len(names) else f"argument {i}"
             raise not_an_array(arg, a, "an array, a number or a sequence of numbers")
     if not real:
-        return array_api_compat.array_namespace(np.empty(0))
+        with _importing():
+            return array_api_compat.array_namespace(np.empty(0))
     if all(_torch_tensor(a) for _, a in real):
-        import array_api_compat.torch as torch_xp
-
-        return torch_xp
-    try:
-        xp = array_api_compat.array_namespace(*(a for _, a in real))
-    except TypeError:
-        label = names or tuple(f"arg{i}" for i in range(len(arrays)))
-        kinds = ", ".join(f"{label[i]}: {what(a)}" for i, a in real)
-        raise TypeError(
-            f"arrays must all come from the same array library; got {kinds}. "
-            "Convert them to one library first (positions may also be NumPy arrays or Python values)."
-        ) from None
+        return _torch_namespace()
+    if all(_jax_array(a) for _, a in real):
+        # (the arrays' own namespace: array_api_compat's first lookup of a JAX array type makes
+        # an array, a host-to-device transfer that jax.transfer_guard("disallow") refuses)
+        xp = real[0][1].__array_namespace__()
+    else:
+        try:
+            with _importing():  # (its dispatch imports its wrapper of a library the first time)
+                xp = array_api_compat.array_namespace(*(a for _, a in real))
+        except TypeError:
+            label = names or tuple(f"arg{i}" for i in range(len(arrays)))
+            kinds = ", ".join(f"{label[i]}: {what(a)}" for i, a in real)
+            raise TypeError(
+                f"arrays must all come from the same array library; got {kinds}. "
+                "Convert them to one library first (positions may also be NumPy arrays or Python values)."
+            ) from None
     xp = check_standard(_mended(xp))
     if library_name(xp) == "dask":  # (never memoised by type: each call's shapes are checked)
         _check_known_sizes(real, names)
@@ -448,17 +477,15 @@ def as_namespace(xp: Any) -> Namespace:
     name = getattr(xp, "__name__", None)
     if not isinstance(name, str):
         raise TypeError(f"xp must be an array namespace (a module such as numpy or jax.numpy), got {xp!r}")
-    # (import statements, not importlib: torch.compile traces these, and skips importlib)
     if name == "torch":
-        import array_api_compat.torch as torch_xp
-
-        return torch_xp
+        return _torch_namespace()
     if name == "numpy":
+        load("array_api_compat.numpy")  # (then a lookup, which torch.compile traces)
         import array_api_compat.numpy as numpy_xp
 
         return numpy_xp
     if name in ("cupy", "dask.array"):
-        return importlib.import_module(f"array_api_compat.{name}")
+        return load(f"array_api_compat.{name}")
     if not hasattr(xp, "asarray") or not (
         hasattr(xp, "__array_namespace_info__") or hasattr(xp, "__array_api_version__")
     ):

@@ -12,8 +12,9 @@ integers accepted; under ``torch.compile`` it also specialises a symbolic size) 
 from __future__ import annotations
 
 import math
+import numbers
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from ._compat import MissingFunction, is_array, not_an_array
@@ -122,6 +123,39 @@ def check_positive_floats(value: Any, name: str) -> tuple[float, ...]:
     """A sequence of finite positive floats."""
     items = check_sequence(value, name, "positive numbers")
     return tuple(check_float(v, f"{name}[{i}]", above=0.0) for i, v in enumerate(items))
+
+
+def python_numbers(value: Any, name: str) -> tuple[float, ...]:
+    """The numbers of a Python number or (nested) sequence as Python floats, to be checked as
+    Python values before they become an array: ``torch.compile`` traces NumPy's operations as
+    tensors, whose values a check cannot branch on."""
+    if isinstance(value, (list, tuple)):
+        return tuple(v for item in value for v in python_numbers(item, name))
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must hold numbers, got a {type(value).__name__} in it")
+    return (float(value),)
+
+
+def first_bad(
+    values: Any, ok: Callable[[Any], Any], fine: Callable[[Any], Any] | None = None
+) -> float | None:
+    """The first of ``values`` that is not ``ok`` (``None`` when all are, or ``values`` is
+    ``None``: unreadable): Python values (a tuple, :func:`python_numbers`) one by one as Python
+    values, host NumPy values at once; ``fine(values)``, a reduction (``h.max() <= 0``), tells
+    a host array all ``ok`` without a mask of its size."""
+    if values is None:
+        return None
+    if isinstance(values, tuple):
+        return next((v for v in values if not ok(v)), None)
+    if not values.size or (fine is not None and fine(values)):
+        return None
+    good = ok(values)
+    return None if good.all() else float(values[~good].ravel()[0])
+
+
+def finite(h: Any) -> Any:
+    """Elementwise: ``h`` (a Python float, or host NumPy values) is finite (a :func:`first_bad` test)."""
+    return (h == h) & (abs(h) != math.inf)
 
 
 def unknown_option(name: str, value: Any, known: Iterable[str]) -> ValueError:

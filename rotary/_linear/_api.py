@@ -111,7 +111,7 @@ def linear_attention_state(
                 for n, x in zip(_Extras._fields, extras, strict=True)
             )
         )
-        S, z, ld, tr = be.jit(_state_jit, (0,))(statics, k, v, p, key_mask, dec, lg, exs)
+        S, z, ld, tr, _ = be.jit(_state_jit, (0,))(statics, k, v, p, key_mask, dec, lg, exs)
         return LinearAttentionState(S, z, k.shape[-2], ld, tr)
     if fam is not None:
         return _state_recurrent(
@@ -132,6 +132,17 @@ def linear_attention_state(
             qk_l2norm,
             scale,
         )
+    if be.jit_eagerly() and _jittable(statics):
+        statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
+        p = eager_positions(be, pos, "pos", k, "k")
+        dec, lg = _eager_gates(be, decay, log_gate, k, v)
+        cu = seg = None
+        if cu_seqlens is not None or segment_ids is not None:  # (values checked here, traced inside)
+            d = documents(be, k.shape[-2], cu_seqlens, segment_ids, k, "k")
+            assert d is not None
+            cu, seg = (d.cu, None) if d.cu is not None else (None, d.runs)
+        S, z, ld, _, off = be.jit(_state_jit, (0,))(statics, k, v, p, key_mask, dec, lg, None, cu, seg)
+        return LinearAttentionState(S, z, k.shape[-2] if off is None else off, ld)
     if cu_seqlens is not None or segment_ids is not None:
         # (the documents' own path: a state per document, or each row's last one)
         out_docs = _state_of_documents(
@@ -151,12 +162,6 @@ def linear_attention_state(
             qk_l2norm,
         )
         return out_docs
-    if be.jit_eagerly() and _jittable(statics):
-        statics = (*statics, fast_paths_enabled())  # (read while tracing: part of the key)
-        p = eager_positions(be, pos, "pos", k, "k")
-        dec, lg = _eager_gates(be, decay, log_gate, k, v)
-        S, z, ld, _ = be.jit(_state_jit, (0,))(statics, k, v, p, key_mask, dec, lg, None)
-        return LinearAttentionState(S, z, k.shape[-2], ld)
     plan, nonneg = _plan(feature_map, similarity, 0.0, normalize, k, None, be, qk_l2norm)
     kv_lead = chk.broadcast_shapes(tuple(k.shape[:-2]), tuple(v.shape[:-2]), names="k and v")
     F = _width(plan, k, xp)
@@ -846,7 +851,9 @@ def _state_jit(
     decay: Any,
     log_gate: Any,
     extras: Any,
-) -> tuple[Array, Array, Any, Any]:
+    cu_seqlens: Any = None,
+    segment_ids: Any = None,
+) -> tuple[Array, Array, Any, Any, Any]:
     rope, feature_map, similarity, normalize, qk_l2norm, scale, _ = statics
     ex = NO_EXTRAS if extras is None else extras
     st = linear_attention_state(
@@ -866,5 +873,8 @@ def _state_jit(
         u=ex.u,
         a=ex.a,
         b=ex.b,
+        cu_seqlens=cu_seqlens,
+        segment_ids=segment_ids,
     )
-    return st.S, st.z, st.log_decay, st.transition
+    has_docs = cu_seqlens is not None or segment_ids is not None
+    return st.S, st.z, st.log_decay, st.transition, st.offset if has_docs else None

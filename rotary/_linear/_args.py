@@ -95,7 +95,9 @@ def _key_mask(key_mask: Any, k: Array, xp: Namespace) -> Array | None:
 
 def _as_array(x: Any, name: str, xp: Namespace, be: Backend, like: Array) -> tuple[Array, Any]:
     """A number, sequence or array as a floating array of ``like``'s library and device, and
-    its values on the host where they can be read (``None`` elsewhere)."""
+    its values where they can be read (``None`` elsewhere): a tuple of Python floats for Python
+    values, read before they become an array (``torch.compile`` traces NumPy's operations as
+    tensors, whose values a check cannot branch on), host NumPy values of an array."""
     if is_array(x):
         if library_name(array_namespace(x)) != library_name(xp):
             raise TypeError(
@@ -108,10 +110,11 @@ def _as_array(x: Any, name: str, xp: Namespace, be: Backend, like: Array) -> tup
         return x, be.readable_values(x)
     if isinstance(x, bool) or not isinstance(x, (numbers.Real, list, tuple)):
         raise TypeError(f"{name} must be a number, a sequence or an array, got {type(x).__name__}")
+    values = chk.python_numbers(x, name)
     import numpy as np
 
     host = np.asarray(x, dtype=np.float64)
-    return be.to_device(host, be.compute_dtype(like.dtype), be.creation_device(like)), host
+    return be.to_device(host, be.compute_dtype(like.dtype), be.creation_device(like)), values
 
 
 def _per_feature(log_gate: Any, k: Array) -> bool:
@@ -123,12 +126,15 @@ def _per_feature(log_gate: Any, k: Array) -> bool:
 
 
 def _host_ndim(x: Any) -> int:
-    import numpy as np
-
-    try:
-        return int(np.ndim(x))
-    except (TypeError, ValueError):
-        return -1
+    """The axes of a Python number or (nested) sequence, counted in Python (``torch.compile``
+    traces NumPy's functions, and refuses ``np.ndim``'s int: issue 50)."""
+    n = 0
+    while isinstance(x, (list, tuple)):
+        n += 1
+        if not x:
+            break
+        x = x[0]
+    return n
 
 
 def _gates(
@@ -153,9 +159,9 @@ def _gates(
                 f"decay of shape {tuple(d.shape)} does not broadcast to the leading axes of k and v "
                 f"{kv_lead} (one decay per head, e.g. shape (heads,) or (heads, 1) ... as for k.shape[:-2])"
             )
-        if host is not None and host.size and not ((host > 0) & (host <= 1)).all():
-            bad = host[~((host > 0) & (host <= 1))].ravel()[0]
-            raise ValueError(f"decay must lie in (0, 1] (a factor per step), got {float(bad)!r}")
+        bad = chk.first_bad(host, lambda h: (h > 0) & (h <= 1))
+        if bad is not None:
+            raise ValueError(f"decay must lie in (0, 1] (a factor per step), got {bad!r}")
         d = d if d.dtype == cdt else xp.astype(d, cdt)
         g = xp.log(d)[..., None, None] if pf else xp.log(d)[..., None]
     if log_gate is not None:
@@ -175,14 +181,14 @@ def _gates(
                 f"and v and the keys (k.shape[:-1] = {tuple(k.shape[:-1])}; one gate per key of each state: "
                 "per query head under grouped-query attention is not possible, the state is the keys')"
             )
-        # (reductions, not a mask of every value: no copy of the gates' size)
-        if host is not None and host.size and not host.max() <= 0:
-            bad = host[~(host <= 0)].ravel()[0]
+        # (host arrays by reductions first, not a mask of every value: no copy of the gates' size)
+        bad = chk.first_bad(host, lambda h: h <= 0, fine=lambda h: h.max() <= 0)
+        if bad is not None:
             raise ValueError(
-                f"log_gate must be <= 0 and finite (the log of a factor in (0, 1]), got {float(bad)!r}; "
+                f"log_gate must be <= 0 and finite (the log of a factor in (0, 1]), got {bad!r}; "
                 "pass log(sigmoid(x)) for a sigmoid gate"
             )
-        if host is not None and host.size and not math.isfinite(float(host.min())):
+        if chk.first_bad(host, lambda h: h > -math.inf, fine=lambda h: h.min() > -math.inf) is not None:
             raise ValueError(
                 "log_gate must be finite: a gate that forgets everything (-inf) is a document "
                 "boundary; pass segment_ids= or cu_seqlens= for it"
@@ -527,9 +533,8 @@ def _extra_arrays(
         shape, what = want[name]
         if not chk.broadcasts_to(tuple(arr.shape), shape):
             raise ValueError(f"{name} of shape {tuple(arr.shape)} does not broadcast to {shape} ({what})")
-        if host is not None and host.size and not bool(((host == host) & (abs(host) != float("inf"))).all()):
-            raise ValueError(
-                f"{name} must be finite, got a {'NaN' if (host != host).any() else 'infinite'} value"
-            )
+        bad = chk.first_bad(host, chk.finite)  # (Python values as Python values: issue 50)
+        if bad is not None:
+            raise ValueError(f"{name} must be finite, got a {'NaN' if bad != bad else 'infinite'} value")
         out[name] = arr if arr.dtype == cdt else xp.astype(arr, cdt)
     return _Extras(**out)

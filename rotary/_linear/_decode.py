@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._backends import Backend
+from .._lib import _validation as chk
 from .._lib._compat import is_array
 from .._lib._typing import Array, DType
 from .._math import _linear, _recurrence
@@ -43,12 +44,9 @@ def _gate_values(be: Backend, x: Any, name: str, cdt: DType, k: Array, kv_lead: 
     """A decoding step's ``log_gate`` (or ``decay``, as its log) in the compute dtype, its values
     checked where they can be read (the shapes were checked with the call's signature)."""
     arr, host = _step_values(be, x, name, cdt, k)
-    if host is not None and host.size:
-        ok = ((host > 0) & (host <= 1)) if name == "decay" else ((host <= 0) & (host > -math.inf))
-        if not ok.all():
-            return _gates(
-                x if name == "decay" else None, x if name == "log_gate" else None, k, kv_lead, cdt, be
-            )
+    ok = (lambda h: (h > 0) & (h <= 1)) if name == "decay" else (lambda h: (h <= 0) & (h > -math.inf))
+    if chk.first_bad(host, ok) is not None:  # (Python values as Python values: issue 50)
+        return _gates(x if name == "decay" else None, x if name == "log_gate" else None, k, kv_lead, cdt, be)
     return be.xp.log(arr) if name == "decay" else arr
 
 
@@ -68,10 +66,9 @@ def _extra_values(ex: _Extras, be: Backend, k: Array, cdt: DType) -> _Extras:
             out.append(None)
             continue
         arr, host = _step_values(be, x, name, cdt, k)
-        if host is not None and host.size and not np_isfinite_all(host):
-            raise ValueError(
-                f"{name} must be finite, got a {'NaN' if (host != host).any() else 'infinite'} value"
-            )
+        bad = chk.first_bad(host, chk.finite, fine=np_isfinite_all)  # (Python values: issue 50)
+        if bad is not None:
+            raise ValueError(f"{name} must be finite, got a {'NaN' if bad != bad else 'infinite'} value")
         out.append(arr)
     return _Extras(*out)
 
