@@ -7,17 +7,18 @@ only when a GPU is present.  Backends are described by capabilities
 ``backend.float64``..., never for a backend by name.
 
 The README's command (``pytest -n auto``) runs the *quick suite*: every public function on every
-backend, the properties, the oracles, the refusals, the kit's words.  ``pytest -m matrix`` runs the
-*slow matrix* (``.ci/run`` runs both):
+backend but the slow one, the properties, the oracles, the refusals, the kit's words.
+``pytest -m matrix`` runs the *slow matrix* (``.ci/run`` runs both):
 
 * the tests of :data:`MATRIX_REASONS`, with their reasons (fresh interpreters, compiles and
-  exports, engine reproductions and census sweeps, whole-package builds and type checks);
+  exports, engine reproductions and census sweeps, whole-package builds and checks);
 * on the backends of :data:`GRID_IN_MATRIX` (JAX, Dask), every parametrization of a test but its
-  first (the first value of each of its other parameters: the same one in every run);
+  first (the first value of each of its other parameters: the same one in every run; every
+  conformance column, :data:`GRID_KEEPS`);
 * a slow backend (``backend.slow``: cubed, where each computation is planned and run by an
-  executor) runs only the tests marked ``slow_backends_too`` (the conformance columns: every
-  public function; one test of each code path), and those in the matrix; the rest would cost
-  minutes there and check the same generic code the other backends run;
+  executor) runs the tests marked ``slow_backends_too`` (the conformance columns: every public
+  function; one test of each code path), in the matrix; the rest would cost minutes there and
+  check the same generic code the other backends run;
 * parametrizations marked ``matrix`` in their own file: the transform matrix's compiles and
   exports, the conformance columns and the kit's words in the dtypes other than float32, the
   properties' larger profile.
@@ -59,8 +60,8 @@ MATRIX_REASONS = {
         "tests/test_array_libraries.py::test_report_refuses_a_library_it_cannot_import",
         "conformance/test_conformance.py::test_an_unsupported_standard_version_is_reported_not_crashed",
     ],
-    # (the quick suite keeps one compiled graph per library: test_layouts.py's, and JAX's
-    # jitted properties; JAX's eager calls each run one compiled program)
+    # (the quick suite keeps a few single graphs: test_layouts.py's, JAX's jitted properties...;
+    # and JAX's eager calls each run one compiled program)
     "compiles, traces and exports (torch.compile, jit.trace, torch.export, jax.jit and grad, ONNX)": [
         "tests/test_export.py",
         "tests/test_transforms.py::test_jax",
@@ -84,6 +85,7 @@ MATRIX_REASONS = {
         "tests/test_positions.py::test_traceable_under_torch_compile",
         "tests/test_positions.py::test_traceable_under_jax_jit",
         "tests/test_packed.py::test_no_python_loop_over_documents_under_compile_and_jit",
+        "tests/test_packed.py::test_one_and_no_token_under_torch_compile",
         "tests/test_errors.py::test_14_non_finite_positions_under_compile_give_nan",
         "tests/test_errors.py::test_15_16_compile_with_python_positions_and_dynamic_shapes",
         "tests/test_hf_patch.py::test_torch_compile_gives_the_eager_numbers",
@@ -104,8 +106,9 @@ MATRIX_REASONS = {
         "tests/test_model_check.py::test_rotary_passes_every_census_family_and_layer_type",
         "tests/test_benchmarks.py::test_gpu_matrix_code_runs_here_at_tiny_shapes",
     ],
-    "whole-package builds and checks (docs site, wheel, pyright, mypy)": [
+    "whole-package builds and checks (docs site and its pages' snippets, wheel, pyright, mypy)": [
         "tests/test_docs_site.py::test_sphinx_builds_without_warnings",
+        "tests/test_docs_site.py::test_docs_snippet_runs",
         "tests/test_packaging.py",
         "tests/test_typing.py",
         "tests/test_structure.py::test_mypy_clean_with_few_ignores",
@@ -116,6 +119,8 @@ MATRIX = {test: why for why, tests in MATRIX_REASONS.items() for test in tests}
 #: Backends where each new shape or dtype compiles an XLA program (JAX's eager calls) or builds and
 #: runs a task graph (Dask): the quick suite runs one parametrization of each test there.
 GRID_IN_MATRIX = ("jax", "dask")
+#: Parameters kept whole there: a conformance column is a public function.
+GRID_KEEPS = ("column",)
 
 #: Markers of the runs of their own: the matrix does not take them in.
 _OWN_RUNS = ("fuzz", "engines", "fla")
@@ -127,13 +132,15 @@ def _in_matrix(item: pytest.Item) -> bool:
 
 
 def _grid_place(item: pytest.Item) -> tuple | None:
-    """(test, backend) and the indices of the other parameters, for a test on a grid backend."""
+    """(test, backend, the parameters it keeps whole) and the indices of its other parameters, for
+    a test on a backend of :data:`GRID_IN_MATRIX`."""
     spec = getattr(item, "callspec", None)
     backend = spec.params.get("backend") if spec is not None else None
-    if getattr(backend, "name", None) not in GRID_IN_MATRIX or item.get_closest_marker("slow_backends_too"):
+    if getattr(backend, "name", None) not in GRID_IN_MATRIX:
         return None
-    others = tuple(i for name, i in sorted(spec.indices.items()) if name != "backend")
-    return (item.path, item.originalname, backend.name), others
+    whole = tuple(i for name, i in sorted(spec.indices.items()) if name in GRID_KEEPS)
+    others = tuple(i for name, i in sorted(spec.indices.items()) if name not in (*GRID_KEEPS, "backend"))
+    return (item.path, item.originalname, backend.name, whole), others
 
 
 def pytest_collection_modifyitems(config, items):
