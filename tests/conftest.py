@@ -167,9 +167,10 @@ def pytest_collection_modifyitems(config, items):
         if not any(item.get_closest_marker(m) for m in _OWN_RUNS):
             item.add_marker(pytest.mark.matrix)
     # The tests marked slow (fresh interpreters, compiles, whole-package checks: 8 to 35 s each)
-    # first: pytest-xdist hands tests out in this order, and a long test left for the end keeps
-    # one worker busy while the others idle (a stable sort: the rest keep their order).
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # first, then those on JAX and Dask (a compile or a graph each): pytest-xdist hands tests out
+    # in this order, and a long test left for the end keeps one worker busy while the others idle
+    # (a stable sort: the rest keep their order).
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, item not in places))
 
 
 @pytest.fixture(params=backend_params())
