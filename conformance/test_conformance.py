@@ -18,10 +18,18 @@ from rotary.testing.backends import available, backend_params
 
 @pytest.mark.slow
 @pytest.mark.slow_backends_too
+@pytest.mark.parametrize(
+    "which", [pytest.param("float32"), pytest.param("other_dtypes", marks=pytest.mark.matrix)]
+)
 @pytest.mark.parametrize("column", suite.COLUMNS, ids=[c.key for c in suite.COLUMNS])
 @pytest.mark.parametrize("backend", backend_params())
-def test_column(backend, column):
-    dtypes = backend.float_dtypes()[:1] if backend.slow else backend.float_dtypes()  # (the report runs all)
+def test_column(backend, column, which):
+    """Every column on every backend in float32, and in its other float dtypes in the slow matrix
+    (``pytest -m matrix``; a slow backend in float32 only, the report runs all)."""
+    floats = backend.float_dtypes()
+    dtypes = floats[:1] if which == "float32" else [] if backend.slow else floats[1:]
+    if not dtypes:
+        pytest.skip(f"{backend.name}: float32 only here (the report runs every dtype)")
     cells = [suite.run_column(column, backend, dtype) for dtype in dtypes]
     if all(c.status == "n/a" for c in cells):
         pytest.skip(f"not available in this rotary: {', '.join(cells[0].missing)}")

@@ -27,6 +27,8 @@ import engine_mistakes as M
 from test_model_diagnosis import listed_factors
 
 DTYPES = ("float32", "bfloat16", "float16")
+#: One parameter per dtype: float32 in the quick suite, the others in the slow matrix (pytest -m matrix).
+BY_DTYPE = [pytest.param(d, marks=[] if d == "float32" else [pytest.mark.matrix]) for d in DTYPES]
 
 
 def _report(engine: M.Rotary, case: str, dtype: str):  # type: ignore[no-untyped-def]
@@ -186,7 +188,7 @@ FREQUENCY_MISTAKES = {
 }
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", BY_DTYPE)
 @pytest.mark.parametrize(("name", "make", "case", "check", "words"), MISTAKES, ids=[m[0] for m in MISTAKES])
 def test_each_mistake_fails_its_check_in_words_that_name_the_fix(
     name, make, case, check, words, dtype
@@ -347,7 +349,7 @@ class _Declared(M.Rotary):
         return eng
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", BY_DTYPE)
 @pytest.mark.parametrize(("name", "make"), CORRECT, ids=[c[0] for c in CORRECT])
 def test_correct_engines_raise_no_false_alarm(name, make, dtype) -> None:
     for case in ("default", "yarn", "llama3", "partial_neox", "dynamic", "interleaved", "yarn_no_truncate"):

@@ -6,7 +6,8 @@ in float16/bfloat16) and compares ``rotary.rotate`` on each backend (and under `
 and ``torch.compile``) with :mod:`rotary.testing.reference`.  This is the suite that catches
 overflow and wrap-around in the angle code.
 
-Fast by default; ``ROTARY_HYPOTHESIS=long`` runs many more examples.
+Few examples in the quick suite, more in the slow matrix (``pytest -m matrix``);
+``ROTARY_HYPOTHESIS=long`` runs many more examples there.
 """
 
 from __future__ import annotations
@@ -24,11 +25,15 @@ from rotary.testing import assert_close, reference
 
 LONG = os.environ.get("ROTARY_HYPOTHESIS", "") == "long"
 EAGER = settings(
-    max_examples=400 if LONG else 20,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     derandomize=not LONG,
 )
+#: Examples per backend: the quick suite's, and the slow matrix's.
+EXAMPLES = [
+    pytest.param(10, id="quick"),
+    pytest.param(400 if LONG else 20, id="matrix", marks=pytest.mark.matrix),
+]
 TRACED = settings(max_examples=60 if LONG else 6, deadline=None, derandomize=not LONG)
 
 #: Positions where angle code breaks: digit boundaries, int32/int64 limits, 2**36.
@@ -121,10 +126,14 @@ def _run(backend: Any, case: dict[str, Any], fn: Any = None) -> None:
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@given(data=st.data())
-@EAGER
-def test_every_backend_matches_the_oracle(backend, data):
-    _run(backend, data.draw(cases(backend)))
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_every_backend_matches_the_oracle(backend, examples):
+    @settings(EAGER, max_examples=examples)
+    @given(data=st.data())
+    def check(data):
+        _run(backend, data.draw(cases(backend)))
+
+    check()
 
 
 _COMPILED: dict[Any, Any] = {}

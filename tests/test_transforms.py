@@ -32,13 +32,22 @@ torch = pytest.importorskip("torch")
 #: References that do not depend on the input differentiated: one entry per function.
 _WHOLE = frozenset({"value", "grads"})
 
+#: Transforms that compile, trace or export a graph: in the slow matrix (``pytest -m matrix``);
+#: autograd, forward AD and ``torch.func`` run in the quick suite.
+_GRAPHS = frozenset(
+    {"compile fullgraph", "compile backward", "export save load", "jit.trace"}
+    | {"make_fx symbolic", "make_fx real", "make_fx fake"}
+)
+assert _GRAPHS <= TORCH_TRANSFORMS.keys(), _GRAPHS - TORCH_TRANSFORMS.keys()
+
 
 def _entries(transforms: dict[str, tuple[Callable[..., Any], str]]) -> list[Any]:
     out = []
     for cname, case in CASES.items():
         for tname, (_, kind) in transforms.items():
             wrts = ["all"] if kind in _WHOLE else list(case.diff)
-            out.extend(pytest.param(cname, tname, w, id=f"{cname}-{tname}-{w}") for w in wrts)
+            marks = [pytest.mark.matrix] if tname in _GRAPHS else []
+            out.extend(pytest.param(cname, tname, w, id=f"{cname}-{tname}-{w}", marks=marks) for w in wrts)
     return out
 
 
