@@ -82,9 +82,11 @@ def _library_scope() -> Any:
 
 
 def _torch_compiling() -> bool:
-    """A ``torch.compile`` trace is being recorded (a dictionary read when torch is not imported)."""
-    torch = sys.modules.get("torch")
-    return torch is not None and bool(torch.compiler.is_compiling())
+    """A ``torch.compile`` trace is being recorded (a dictionary read when torch is not imported;
+    a torch that another thread is still importing, without ``compiler`` yet, records none)."""
+    compiler = getattr(sys.modules.get("torch"), "compiler", None)
+    is_compiling = getattr(compiler, "is_compiling", None)
+    return is_compiling is not None and bool(is_compiling())
 
 
 def _importing() -> contextlib.AbstractContextManager[None]:
