@@ -8,7 +8,9 @@ recurrent step (``torch_recurrent_gated_delta_rule``, ``recurrent_kimi_delta_att
 flash-linear-attention's naive chunk references where ``fla`` is installed; and the peak memory
 of rotary's call beyond its output, in a fresh process.  transformers' functions are the code
 those models run without ``fla`` (its torch fallback): each does the same math as rotary in
-float32 (the rows check the outputs agree before timing them).
+float32 (the rows check the outputs agree before timing them).  Where transformers' reference
+would need more memory than the machine has (KDA at 64k tokens: a ``(B, H, N/64, 64, 64, d_k)``
+decay tensor, three at once, 24 GiB), rotary's row runs alone and says so.
 """
 
 from __future__ import annotations
@@ -104,6 +106,20 @@ def _agree(a: Any, b: Any) -> None:
         raise AssertionError(f"rotary and the reference differ by {err} (scale {scale})")
 
 
+def _reference_bytes(name: str, n: int, chunk: int = 64) -> int:
+    """Peak memory of transformers' chunked reference at ``n`` tokens (float32): KDA's intra-chunk
+    decay is a ``(B, H, N / C, C, C, d_k)`` tensor, and its first product holds three of them."""
+    if name != "KDA":
+        return 0
+    return 3 * HEADS * n * chunk * D * 4
+
+
+def _memory_bytes() -> int:
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def chunk_rows(quick: bool, reps: int, verbose: bool = True) -> list[dict]:
     refs = _references()
     if refs is None:
@@ -126,15 +142,29 @@ def chunk_rows(quick: bool, reps: int, verbose: bool = True) -> list[dict]:
             ) -> Any:
                 return chunk(q, k, v, g=lg, beta=beta, use_qk_l2norm_in_kernel=True)[0]
 
+            case = f"{name} N={n}, {HEADS} heads of {D}"
+            need = _reference_bytes(name, n)
+            if need > 0.8 * _memory_bytes():  # (it would be killed for memory, and take this process)
+                t = compare({"rotary": ours}, reps=2, warmup=0)
+                rows.append(
+                    _row(
+                        f"{case}: rotary ({ref_name} needs {need / 2**30:.1f} GiB, more than 80% of this "
+                        f"machine's {_memory_bytes() / 2**30:.1f} GiB: not run)",
+                        t["rotary"] * 1e3,
+                        None,
+                        None,
+                        None,
+                    )
+                )
+                continue
             with torch.no_grad():
                 _agree(ours(), theirs())
                 cases = {"rotary": ours, ref_name: theirs}
                 if name in fla:
                     f = fla[name]
                     cases["fla naive"] = lambda f=f, q=q, k=k, v=v, lg=lg, beta=beta: f(q, k, v, lg, beta)
-                big = n > 20000  # (transformers' KDA takes minutes there: two interleaved rounds)
+                big = n > 20000  # (64k tokens: two interleaved rounds)
                 t = compare(cases, reps=2 if big else max(3, reps // 3), warmup=0 if big else 1)
-            case = f"{name} N={n}, {HEADS} heads of {D}"
             rows.append(
                 _row(f"{case}: rotary", t["rotary"] * 1e3, ref_name, t.ratio("rotary", ref_name), TARGET)
             )
