@@ -331,6 +331,36 @@ def test_gate_errors(backend, rng):
         _ = st_ + rotary.linear_attention_state(k, v, None)
 
 
+@pytest.mark.parametrize("kind", ["log_gate", "decay"])
+def test_decoding_steps_refuse_bad_gates_on_every_step(backend, rng, kind):
+    """A decoding step of a recurrent family (the delta rule) checks its gate's values on every
+    call, the memoised shortcut included: a good step, then NaN, a value out of range and a
+    good one again, each on the same signature (where values can be read)."""
+    if not backend.host_values:
+        pytest.skip(f"{backend.name}: values are not read (as under a trace)")
+    (q, k, v), _ = _inputs(backend, rng, shape=(1, 2, 1, 4), dv=4)
+    S = backend.asarray(rng.normal(size=(1, 2, 4, 4)) * 0.1, "float32")
+    state = rotary.LinearAttentionState(S, None, 0)
+    beta = backend.asarray(np.full((1, 2, 1), 0.5), "float32")
+    good, above = (0.9, 1.5) if kind == "decay" else (-0.1, 0.1)
+    shape = (1, 2) if kind == "decay" else (1, 2, 1)
+
+    def step(value):
+        g = backend.asarray(np.full(shape, value), "float32")
+        return rotary.linear_attention(
+            q, k, v, causal=True, normalize=False, beta=beta, state=state, return_state=True, **{kind: g}
+        )
+
+    first = step(good)
+    step(good)  # (the shortcut is taken from the second call of a signature on)
+    msg = r"decay must lie in \(0, 1\]" if kind == "decay" else "log_gate must be <= 0"
+    for bad in (np.nan, above, np.nan):
+        with pytest.raises(ValueError, match=msg):
+            step(bad)
+    again = step(good)
+    assert_close(again[0], first[0], dtype="float32")
+
+
 @settings(max_examples=15, deadline=None)
 @given(
     cuts=st.lists(st.integers(1, 9), min_size=1, max_size=4),

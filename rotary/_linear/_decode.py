@@ -44,8 +44,12 @@ def _gate_values(be: Backend, x: Any, name: str, cdt: DType, k: Array, kv_lead: 
     """A decoding step's ``log_gate`` (or ``decay``, as its log) in the compute dtype, its values
     checked where they can be read (the shapes were checked with the call's signature)."""
     arr, host = _step_values(be, x, name, cdt, k)
-    ok = (lambda h: (h > 0) & (h <= 1)) if name == "decay" else (lambda h: (h <= 0) & (h > -math.inf))
-    if chk.first_bad(host, ok) is not None:  # (Python values as Python values: issue 50)
+    if name == "decay":
+        ok, fine = (lambda h: (h > 0) & (h <= 1)), (lambda h: h.min() > 0 and h.max() <= 1)
+    else:
+        ok, fine = (lambda h: (h <= 0) & (h > -math.inf)), (lambda h: h.max() <= 0 and h.min() > -math.inf)
+    # (Python values as Python values: issue 50; a host array by two reductions first, NaN failing both)
+    if chk.first_bad(host, ok, fine=fine) is not None:
         return _gates(x if name == "decay" else None, x if name == "log_gate" else None, k, kv_lead, cdt, be)
     return be.xp.log(arr) if name == "decay" else arr
 
