@@ -681,9 +681,15 @@ def packed_rows(libs: tuple[str, ...], *, quick: bool, verbose: bool = True) -> 
                 pk = jax.jit(
                     lambda q, k, v, p, s: rotary.linear_attention(q, k, v, p, causal=True, segment_ids=s)
                 )
+                pc = jax.jit(
+                    lambda q, k, v, p, c: rotary.linear_attention(q, k, v, p, causal=True, cu_seqlens=c)
+                )
                 cases = {
                     "unpacked": lambda q=q, k=k, v=v, p=p, f=un: jax.block_until_ready(f(q, k, v, p)),
                     "packed": lambda q=q, k=k, v=v, p=p, s=sg, f=pk: jax.block_until_ready(f(q, k, v, p, s)),
+                    "packed (cu_seqlens)": lambda q=q, k=k, v=v, p=p, c=c, f=pc: jax.block_until_ready(
+                        f(q, k, v, p, c)
+                    ),
                 }
                 # eager (each call one compiled program of rotary's): cu_seqlens, as a user passes them
                 eager = {
@@ -700,14 +706,20 @@ def packed_rows(libs: tuple[str, ...], *, quick: bool, verbose: bool = True) -> 
 
 
 def _packed_pair(lib: str, what: str, n: int, t: Any, verbose: bool) -> list[dict]:
-    """The unpacked call's row and the packed call's, with its ratio to the unpacked one."""
-    ratio = t.ratio("packed", "unpacked")
-    if verbose:
-        print(f"{lib:9} packed {what:30} {ratio:6.3f} x unpacked", flush=True)
-    return [
-        _row(lib, f"causal, {what} (N={n}): unpacked", t["unpacked"] * 1e3),
-        _row(lib, f"causal, {what} (N={n}): packed", t["packed"] * 1e3, ratio, "unpacked", PACKED_TARGET),
-    ]
+    """The unpacked call's row and each packed call's ("packed": ``cu_seqlens``, or segment ids
+    under ``jax.jit``, which also times ``cu_seqlens``), with its ratio to the unpacked one."""
+    rows = [_row(lib, f"causal, {what} (N={n}): unpacked", t["unpacked"] * 1e3)]
+    for key in ("packed", "packed (cu_seqlens)"):
+        if key not in t:
+            continue
+        name = "packed (segment ids)" if key == "packed" and "packed (cu_seqlens)" in t else key
+        ratio = t.ratio(key, "unpacked")
+        if verbose:
+            print(f"{lib:9} {name:20} {what:30} {ratio:6.3f} x unpacked", flush=True)
+        rows.append(
+            _row(lib, f"causal, {what} (N={n}): {name}", t[key] * 1e3, ratio, "unpacked", PACKED_TARGET)
+        )
+    return rows
 
 
 # -- memory beyond the output ----------------------------------------------------------------------
