@@ -944,12 +944,17 @@ class TorchBackend(Backend):
             Sg = S
             if g is not None:
                 Sg = S * (torch.exp(g.mT) if pf else torch.exp(g)[..., None])
+            # (a gated state is this step's own: the sums are written into it, the same bits as
+            # the generic step's out-of-place sums, one state-sized buffer fewer)
+            own = Sg is not S
             if rank == "delta":
-                S = Sg + kt * (beta[..., None] * (v - torch.matmul(k, Sg)))
+                upd = kt * (beta[..., None] * (v - torch.matmul(k, Sg)))
+                S = Sg.add_(upd) if own else Sg + upd
             elif rank == "dplr":
-                S = Sg + b.mT * torch.matmul(a, S) + kt * v
+                low = b.mT * torch.matmul(a, S)
+                S = (Sg.add_(low) if own else Sg + low).add_(kt * v)
             else:
-                S = Sg + kt * v
+                S = Sg.add_(kt * v) if own else Sg + kt * v
             return (torch.matmul(q, S) if out is None else out), S
 
         return step
