@@ -38,7 +38,7 @@ from ._args import (
     _zero_carry,
 )
 from ._causal import _attend
-from ._checks import _check_call, _Checked, _sig_args
+from ._checks import _check_call, _check_keys, _Checked, _sig_args
 from ._documents import _doc_offsets, _doc_states, _DocCtx, _row_log_decay, _row_offset
 from ._families import _run_recurrent, _state_recurrent
 from ._parts import _Parts, _tokens
@@ -215,21 +215,13 @@ def _state_of_documents(
     that computes no output worth keeping would cost a pass of queries; instead the documents'
     states directly (``cu_seqlens``), or the last document's through the causal carry."""
     xp = be.xp
-    q = k[..., :, :]
-    checked = _check_call(
+    checked = _check_keys(
         be,
-        q,
         k,
         v,
         pos,
-        None,
-        True,
         feature_map,
         similarity,
-        0.0,
-        None,
-        None,
-        True,
         key_mask,
         rope,
         normalize,

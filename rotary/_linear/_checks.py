@@ -79,6 +79,53 @@ class _Checked(NamedTuple):
     decode: Callable[..., tuple[Array, ...] | None] | None = None
 
 
+def _check_keys(
+    be: Backend,
+    k: Array,
+    v: Array,
+    pos: Any,
+    feature_map: Any,
+    similarity: Any,
+    key_mask: Any,
+    rope: Any,
+    normalize: Any,
+    decay: Any,
+    log_gate: Any,
+    cu_seqlens: Any,
+    segment_ids: Any,
+    extras: _Extras | None,
+    qk_l2norm: Any,
+    scale: Any = None,
+) -> _Checked:
+    """The checks of :func:`linear_attention_state`: those of a causal call returning its state
+    whose queries are the keys."""
+    return _check_call(
+        be,
+        k,
+        k,
+        v,
+        pos,
+        None,
+        True,
+        feature_map,
+        similarity,
+        0.0,
+        None,
+        None,
+        True,
+        key_mask,
+        rope,
+        normalize,
+        decay,
+        log_gate,
+        cu_seqlens,
+        segment_ids,
+        extras,
+        qk_l2norm,
+        scale,
+    )
+
+
 def _check_call(
     be: Backend,
     q: Array,

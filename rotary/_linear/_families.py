@@ -24,7 +24,7 @@ from ._args import (
     _gates,
     _total,
 )
-from ._checks import _check_call, _Checked
+from ._checks import _check_keys, _Checked
 from ._documents import _doc_offsets, _doc_states, _DocCtx, _row_log_decay, _row_offset
 from ._parts import _Parts, _tokens
 from ._state import NOT_COMPUTED, LinearAttentionState, _add_log_decay, _state
@@ -299,20 +299,13 @@ def _state_recurrent(
     """:func:`linear_attention_state` of a recurrent family: the keys' state, and for a rank-one
     family the block's transition (so that states of consecutive blocks combine)."""
     xp = be.xp
-    checked = _check_call(
+    checked = _check_keys(
         be,
-        k,
         k,
         v,
         pos,
-        None,
-        True,
         feature_map,
         similarity,
-        0.0,
-        None,
-        None,
-        True,
         key_mask,
         rope,
         normalize,
