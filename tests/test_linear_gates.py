@@ -333,30 +333,36 @@ def test_gate_errors(backend, rng):
 
 @pytest.mark.parametrize("kind", ["log_gate", "decay"])
 def test_decoding_steps_refuse_bad_gates_on_every_step(backend, rng, kind):
-    """A decoding step of a recurrent family (the delta rule) checks its gate's values on every
-    call, the memoised shortcut included: a good step, then NaN, a value out of range and a
-    good one again, each on the same signature (where values can be read)."""
+    """A decoding step of a recurrent family (the delta rule) checks its gate's and beta's values
+    on every call, the memoised shortcut included: a good step, then NaN, values out of range on
+    either side and a good one again, each on the same signature (where values can be read;
+    JAX's eager calls included, whose beta was unchecked)."""
     if not backend.host_values:
         pytest.skip(f"{backend.name}: values are not read (as under a trace)")
     (q, k, v), _ = _inputs(backend, rng, shape=(1, 2, 1, 4), dv=4)
     S = backend.asarray(rng.normal(size=(1, 2, 4, 4)) * 0.1, "float32")
     state = rotary.LinearAttentionState(S, None, 0)
-    beta = backend.asarray(np.full((1, 2, 1), 0.5), "float32")
-    good, above = (0.9, 1.5) if kind == "decay" else (-0.1, 0.1)
+    good, above, below = (0.9, 1.5, 0.0) if kind == "decay" else (-0.1, 0.1, -np.inf)
     shape = (1, 2) if kind == "decay" else (1, 2, 1)
 
-    def step(value):
+    def step(value, b=0.5):
         g = backend.asarray(np.full(shape, value), "float32")
+        beta = backend.asarray(np.full((1, 2, 1), b), "float32")
         return rotary.linear_attention(
             q, k, v, causal=True, normalize=False, beta=beta, state=state, return_state=True, **{kind: g}
         )
 
     first = step(good)
     step(good)  # (the shortcut is taken from the second call of a signature on)
-    msg = r"decay must lie in \(0, 1\]" if kind == "decay" else "log_gate must be <= 0"
-    for bad in (np.nan, above, np.nan):
+    msg = (
+        r"decay must lie in \(0, 1\]" if kind == "decay" else "log_gate must be <= 0|log_gate must be finite"
+    )
+    for bad in (np.nan, above, below, np.nan):
         with pytest.raises(ValueError, match=msg):
             step(bad)
+    for bad in (np.nan, np.inf, -np.inf):  # (and beta's, on the same signature)
+        with pytest.raises(ValueError, match="beta must be finite"):
+            step(good, bad)
     again = step(good)
     assert_close(again[0], first[0], dtype="float32")
 

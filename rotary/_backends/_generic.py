@@ -178,6 +178,16 @@ class Backend:
         except Unreadable:
             return None
 
+    def value_range(self, x: Array) -> tuple[float, float] | None:
+        """The smallest and the largest value of a non-empty real ``x`` as Python floats (NaN in
+        both where ``x`` holds a NaN), where :meth:`readable_values` can read them; ``None``
+        where it cannot (or ``x`` is empty).  A range that passes a check passes it for every
+        value; one that fails sends the caller to the values themselves."""
+        h = self.readable_values(x)
+        if h is None or not h.size:
+            return None
+        return float(np.minimum.reduce(h, axis=None)), float(np.maximum.reduce(h, axis=None))
+
     def tracing(self) -> bool:
         """A trace (``jax.jit``, ``torch.compile``) is being recorded: nothing may be built
         for the cache from traced operations."""

@@ -545,6 +545,13 @@ class TorchBackend(Backend):
             x = x.detach()
             return x.resolve_conj().resolve_neg().numpy() if x.dtype != torch.bfloat16 else x.float().numpy()
 
+    def value_range(self, x: Array) -> tuple[float, float] | None:
+        # (one reduction where the values are a plain CPU tensor's: no copy to NumPy)
+        if not (type(x) is torch.Tensor and x.dtype.is_floating_point and x.numel() and self.is_concrete(x)):
+            return super().value_range(x)
+        lo, hi = torch.aminmax(x.detach() if x.requires_grad else x)
+        return lo.item(), hi.item()
+
     def has_int64(self, device: Device) -> bool:
         return True
 

@@ -23,6 +23,7 @@ from ._args import (
     _check_offset,
     _check_rope_positions,
     _check_static,
+    _eager_extras,
     _eager_gates,
     _Extras,
     _family,
@@ -573,12 +574,7 @@ def linear_attention(
         p = eager_positions(be, pos, "pos", q, "q")
         kp = eager_positions(be, k_pos, "k_pos", k, "k")
         dec, lg = _eager_gates(be, decay, log_gate, k, v)
-        exs = _Extras(
-            *(
-                None if x is None else _as_array(x, n, be.xp, be, k)[0]
-                for n, x in zip(_Extras._fields, extras, strict=True)
-            )
-        )
+        exs = _eager_extras(extras, be, k)
         if cu_seqlens is not None or segment_ids is not None:  # (values checked here, traced inside)
             d = documents(be, q.shape[-2], cu_seqlens, segment_ids, q)
             assert d is not None

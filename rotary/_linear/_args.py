@@ -533,8 +533,27 @@ def _extra_arrays(
         shape, what = want[name]
         if not chk.broadcasts_to(tuple(arr.shape), shape):
             raise ValueError(f"{name} of shape {tuple(arr.shape)} does not broadcast to {shape} ({what})")
-        bad = chk.first_bad(host, chk.finite)  # (Python values as Python values: issue 50)
-        if bad is not None:
-            raise ValueError(f"{name} must be finite, got a {'NaN' if bad != bad else 'infinite'} value")
+        _finite(name, host)
         out[name] = arr if arr.dtype == cdt else xp.astype(arr, cdt)
     return _Extras(**out)
+
+
+def _finite(name: str, host: Any) -> None:
+    """Refuse a NaN or an infinite value among ``name``'s readable values (``host``: Python values
+    as Python values, issue 50; ``None``: unreadable, unchecked)."""
+    bad = chk.first_bad(host, chk.finite)
+    if bad is not None:
+        raise ValueError(f"{name} must be finite, got a {'NaN' if bad != bad else 'infinite'} value")
+
+
+def _eager_extras(ex: _Extras, be: Backend, k: Array) -> _Extras:
+    """``beta``, ``u``, ``a``, ``b`` as arrays (traced by the compiled call), values checked here."""
+    out: list[Any] = []
+    for name, x in zip(_Extras._fields, ex, strict=True):
+        if x is None:
+            out.append(None)
+            continue
+        arr, host = _as_array(x, name, be.xp, be, k)
+        _finite(name, host)
+        out.append(arr)
+    return _Extras(*out)

@@ -12,7 +12,7 @@ from .._lib._compat import is_array
 from .._lib._typing import Array, DType
 from .._math import _linear, _recurrence
 from .._rope import Rotary
-from ._args import _as_array, _Call, _check_offset, _Extras, _gates
+from ._args import _as_array, _Call, _check_offset, _Extras, _finite, _gates
 from ._state import NOT_COMPUTED, LinearAttentionState, _state
 
 
@@ -32,33 +32,36 @@ def _decoder(be: Backend, call: _Call, q: Array, k: Array, v: Array, state: Any)
     return be.linear_step("elu+1", call.plan.eps, rows, (q, k, v, state[0], state[1]))
 
 
-def _step_values(be: Backend, x: Any, name: str, cdt: DType, k: Array) -> tuple[Array, Any]:
-    """An argument of a decoding step in the compute dtype, and its host values where they can be
-    read: an array's library, dtype, shape and device were checked with the call's signature."""
+def _step_values(
+    be: Backend, x: Any, name: str, cdt: DType, k: Array, fine: Callable[[float, float], bool]
+) -> tuple[Array, Any]:
+    """An argument of a decoding step in the compute dtype, and the host values to check one by
+    one: a Python value's, or an array's where its range (``fine(lo, hi)``, one reduction) does
+    not pass (``None``: it passes, or cannot be read).  An array's library, dtype, shape and
+    device were checked with the call's signature."""
     if not is_array(x):
         return _as_array(x, name, be.xp, be, k)
-    return (x if x.dtype == cdt else be.xp.astype(x, cdt)), be.readable_values(x)
+    arr = x if x.dtype == cdt else be.xp.astype(x, cdt)
+    rng = be.value_range(x)
+    return arr, (None if rng is None or fine(*rng) else be.readable_values(x))
 
 
 def _gate_values(be: Backend, x: Any, name: str, cdt: DType, k: Array, kv_lead: tuple[Any, ...]) -> Array:
     """A decoding step's ``log_gate`` (or ``decay``, as its log) in the compute dtype, its values
     checked where they can be read (the shapes were checked with the call's signature)."""
-    arr, host = _step_values(be, x, name, cdt, k)
     if name == "decay":
-        ok, fine = (lambda h: (h > 0) & (h <= 1)), (lambda h: h.min() > 0 and h.max() <= 1)
+        ok, fine = (lambda h: (h > 0) & (h <= 1)), (lambda lo, hi: lo > 0 and hi <= 1)
     else:
-        ok, fine = (lambda h: (h <= 0) & (h > -math.inf)), (lambda h: h.max() <= 0 and h.min() > -math.inf)
-    # (Python values as Python values: issue 50; a host array by two reductions first, NaN failing both)
-    if chk.first_bad(host, ok, fine=fine) is not None:
+        ok, fine = (lambda h: (h <= 0) & (h > -math.inf)), (lambda lo, hi: hi <= 0 and lo > -math.inf)
+    # (Python values as Python values: issue 50; a host array by its range first, NaN failing it)
+    arr, host = _step_values(be, x, name, cdt, k, fine)
+    if chk.first_bad(host, ok) is not None:
         return _gates(x if name == "decay" else None, x if name == "log_gate" else None, k, kv_lead, cdt, be)
     return be.xp.log(arr) if name == "decay" else arr
 
 
-def np_isfinite_all(host: Any) -> bool:
-    """Every value of a host array is finite."""
-    import numpy as np
-
-    return bool(np.isfinite(host).all())
+def _finite_range(lo: float, hi: float) -> bool:
+    return -math.inf < lo and hi < math.inf
 
 
 def _extra_values(ex: _Extras, be: Backend, k: Array, cdt: DType) -> _Extras:
@@ -69,10 +72,8 @@ def _extra_values(ex: _Extras, be: Backend, k: Array, cdt: DType) -> _Extras:
         if x is None:
             out.append(None)
             continue
-        arr, host = _step_values(be, x, name, cdt, k)
-        bad = chk.first_bad(host, chk.finite, fine=np_isfinite_all)  # (Python values: issue 50)
-        if bad is not None:
-            raise ValueError(f"{name} must be finite, got a {'NaN' if bad != bad else 'infinite'} value")
+        arr, host = _step_values(be, x, name, cdt, k, _finite_range)
+        _finite(name, host)
         out.append(arr)
     return _Extras(*out)
 
