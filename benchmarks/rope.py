@@ -153,7 +153,7 @@ def _prefill_backend(backend: str, qn: Any, kn: Any, posn: Any, reps: int) -> li
         "numpy": (0.75, None),
         "torch eager": (None, None),
         "torch.compile": (None, 1.1),
-        "jax.jit": (1.0, 1.2),
+        "jax.jit": (1.0, 1.1),
     }[backend]
     floor_targets: dict[str, float] = {}
     lib = backend.split(" ")[0].split(".")[0]
