@@ -124,6 +124,31 @@ def test_linear_decoding_steps_are_bitwise_generic_for_every_position_form(backe
             assert int(new.offset) == t + 1
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_linear_attention_features_fast_path_is_bitwise_generic(backend, rng, causal):
+    """The chunked engine's ``elu+1`` features (torch: in place, four passes) are the generic
+    bits: queries far below 0 (the log-space shift), above it and mixed, with RoPE or without,
+    from a state, several streamed parts, outputs and states alike."""
+    if backend.slow:
+        pytest.skip("a slow backend takes no fast path")
+    x = rng.standard_normal((3, 2, 1100, 8)) * 2
+    x[0, 0, :40] -= 200.0  # (every query feature below exp's range without the shift)
+    x[1, 1, 40:80] += 50.0
+    q, k, v = (backend.asarray(a, "float32") for a in (x, x[:, :, ::-1] * 0.5, rng.standard_normal(x.shape)))
+    st = rotary.linear_attention_state(k[..., :5, :], v[..., :5, :], None)
+    for pos in (None, backend.asarray(np.arange(1100), backend.int_dtype())):
+
+        def call(pos=pos):
+            return rotary.linear_attention(
+                q, k, v, pos, causal=causal, state=st if causal else None, return_state=True
+            )
+
+        (out, new), (ref, ref_state) = _both(call)
+        for a, b in ((out, ref), (new.S, ref_state.S), (new.z, ref_state.z)):
+            np.testing.assert_array_equal(backend.to_numpy(a), backend.to_numpy(b))
+        assert np.isfinite(backend.to_numpy(out)).all()
+
+
 def test_torch_decode_shortcut_leaves_autograd_to_the_generic_path(rng):
     torch = pytest.importorskip("torch")
     rope = rotary.RoPE(64)

@@ -560,6 +560,14 @@ class Backend:
         namespace's wraps it)."""
         return self.xp.cumulative_sum(x, axis=axis, dtype=x.dtype)
 
+    def features(self, x: Array, plan: _linear.Plan) -> Array:
+        """:func:`rotary._math._linear.features` (a library's fast path overrides it)."""
+        return _linear.features(x, plan, self.xp)
+
+    def query_features(self, x: Array, plan: _linear.Plan) -> Array:
+        """:func:`rotary._math._linear.query_features` (a library's fast path overrides it)."""
+        return _linear.query_features(x, plan, self.xp)
+
     def linear_step(
         self, feature_map: str, eps: float, rows: Callable[[int], Any] | None, like: tuple[Array, ...]
     ) -> Callable[..., tuple[Array, ...] | None] | None:

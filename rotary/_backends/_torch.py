@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import operator
 import os
 import sys
@@ -41,6 +42,7 @@ from .._lib import _validation as v
 from .._lib._cache import fast_paths_enabled, get_or_build, register_library
 from .._lib._process import after_fork_in_child, load
 from .._lib._typing import Array, Device, DType, Layout, Namespace
+from .._math._linear import FEATURE_MAPS
 from .._math._rotation import pair_partners
 from . import _eager
 from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, Jagged, sized
@@ -300,6 +302,17 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 def _triton_device(x: Array) -> bool:
     return bool(x.is_cuda or (_INTERPRET and x.device.type == "cpu"))
+
+
+def _elu1_fast(x: Any, plan: Any) -> bool:
+    """``elu+1`` features of ``x`` (no cosine, no L2 normalisation) in its own dtype, the compute
+    dtype, on a plain tensor (:func:`fast`): the generic bits in torch's in-place calls."""
+    return (
+        plan.phi is FEATURE_MAPS["elu+1"]
+        and not (plan.cosine or plan.l2norm)
+        and x.dtype == plan.cdt
+        and fast(x)
+    )
 
 
 def fast(*inputs: Any, grads: tuple[Any, ...] = ()) -> bool:
@@ -861,6 +874,19 @@ class TorchBackend(Backend):
 
         return rows
 
+    def features(self, x: Array, plan: Any) -> Array:
+        if not _elu1_fast(x, plan):
+            return super().features(x, plan)
+        # max(x, 0) + exp(min(x, 0)) (a + b == b + a): four passes, the exp in place, no zeros
+        return torch.clamp_max(x, 0.0).exp_().add_(torch.clamp_min(x, 0.0))
+
+    def query_features(self, x: Array, plan: Any) -> Array:
+        if not (plan.normalize and _elu1_fast(x, plan)):
+            return super().query_features(x, plan)
+        # max(x, 0) + exp(min(x, 0) - shift), shift = min(max(x), 0): the generic bits, in place
+        shift = torch.amax(x, -1, keepdim=True).clamp_max_(0.0)
+        return torch.clamp_max(x, 0.0).sub_(shift).exp_().add_(torch.clamp_min(x, 0.0))
+
     def linear_step(
         self, feature_map: str, eps: float, rows: Callable[[int], Any] | None, like: tuple[Array, ...]
     ) -> Callable[..., tuple[Array, ...] | None] | None:
@@ -909,7 +935,7 @@ class TorchBackend(Backend):
             z = torch.add(z, e)
             # (c's product in place where the rotation made a apart from it)
             den = torch.sum(c * z if R is None else c.mul_(z), -1)
-            den = den.clamp_min_(eps) if eps > 0 else torch.where(den != 0, den, float("inf"))
+            den = den.clamp_min_(eps) if eps > 0 else den.masked_fill_(den == 0, math.inf)  # (den: its own)
             return torch.matmul(a, S).div_(den[..., None, None]), S, z
 
         return step

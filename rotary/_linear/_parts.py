@@ -22,8 +22,8 @@ class _Parts:
 
     def keys(self, k: Array, v: Array, kp: Any, mask: Any) -> tuple[Array, Array | None, Array]:
         """``(b, e, v)`` of a part of the keys (``kp``: their positions, ``None`` unrotated)."""
-        plan, r, xp = self.call.plan, self.call.rope, self.be.xp
-        e = _linear.features(k, plan, xp)
+        plan, r = self.call.plan, self.call.rope
+        e = self.be.features(k, plan)
         b = e if r is None else self._rotate(e, kp, self.krng)
         return self._keys_done(b, e, v, mask)
 
@@ -42,8 +42,8 @@ class _Parts:
 
     def queries(self, q: Array, p: Any) -> tuple[Array, Array | None]:
         """``(a, c)`` of a part of the queries."""
-        plan, r, xp = self.call.plan, self.call.rope, self.be.xp
-        c = _linear.query_features(q, plan, xp)
+        plan, r = self.call.plan, self.call.rope
+        c = self.be.query_features(q, plan)
         a = c if r is None else self._rotate(c, p, self.rng)
         return self._queries_done(a, c)
 
@@ -58,13 +58,13 @@ class _Parts:
         self, q: Array, k: Array, v: Array, p: Any, mask: Any
     ) -> tuple[Array, Array | None, Array, Array | None, Array]:
         """Queries and keys at the same positions (one rotation of both where it can share work)."""
-        plan, r, xp = self.call.plan, self.call.rope, self.be.xp
+        plan, r = self.call.plan, self.call.rope
         if r is None:
             a, c = self.queries(q, None)
             b, e, vc = self.keys(k, v, None, mask)
             return a, c, b, e, vc
-        c = _linear.query_features(q, plan, xp)
-        e = _linear.features(k, plan, xp)
+        c = self.be.query_features(q, plan)
+        e = self.be.features(k, plan)
         if isinstance(r, Rotary) and not self.be.lazy:
             a, b = r._rotate_both(self.be, c, e, p, self.rng, self.dev)
         else:  # (a lazy library rotates block by block: RoPE's own public path)
