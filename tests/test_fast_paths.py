@@ -126,7 +126,7 @@ def test_linear_decoding_steps_are_bitwise_generic_for_every_position_form(backe
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_linear_attention_features_fast_path_is_bitwise_generic(backend, rng, causal):
-    """The chunked engine's ``elu+1`` features (torch: in place, four passes) are the generic
+    """The chunked engine's ``elu+1`` features (torch, NumPy: in place, no zero arrays) are the generic
     bits: queries far below 0 (the log-space shift), above it and mixed, with RoPE or without,
     from a state, several streamed parts, outputs and states alike."""
     if backend.slow:

@@ -14,6 +14,7 @@ import numpy as np
 
 from .._lib._cache import fast_paths_enabled, get_or_build
 from .._lib._typing import Array, DType, Layout
+from .._math._linear import FEATURE_MAPS
 from .._math._rotation import pair_partners
 from . import _eager
 from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, _check_host, sized
@@ -55,6 +56,36 @@ class NumpyBackend(Backend):
         """:func:`rotary.fast_paths` on and every input a plain ``numpy.ndarray``: subclasses
         (masked arrays, matrices, a user's ``__array_ufunc__``) take the generic code."""
         return fast_paths_enabled() and _plain(*inputs, *grads)
+
+    def features(self, x: Array, plan: Any) -> Array:
+        if not self._elu1_fast(x, plan):
+            return super().features(x, plan)
+        # max(x, 0) + exp(min(x, 0)) (a + b == b + a): the exp in place, no zero arrays
+        zero = x.dtype.type(0)
+        f = np.minimum(x, zero)
+        np.exp(f, out=f)
+        f += np.maximum(x, zero)
+        return f
+
+    def query_features(self, x: Array, plan: Any) -> Array:
+        if not (plan.normalize and self._elu1_fast(x, plan)):
+            return super().query_features(x, plan)
+        # max(x, 0) + exp(min(x, 0) - shift), shift = min(max(x), 0): the generic bits, in place
+        zero = x.dtype.type(0)
+        f = np.minimum(x, zero)
+        f -= np.minimum(x.max(axis=-1, keepdims=True), zero)
+        np.exp(f, out=f)
+        f += np.maximum(x, zero)
+        return f
+
+    def _elu1_fast(self, x: Array, plan: Any) -> bool:
+        """``elu+1`` features (no cosine, no L2 normalisation) of a plain array of the compute dtype."""
+        return (
+            plan.phi is FEATURE_MAPS["elu+1"]
+            and not (plan.cosine or plan.l2norm)
+            and x.dtype == plan.cdt
+            and self.fast(x)
+        )
 
     def signature(self, *args: Any) -> Hashable | None:
         out: list[Any] = []
