@@ -124,27 +124,43 @@ def test_linear_decoding_steps_are_bitwise_generic_for_every_position_form(backe
             assert int(new.offset) == t + 1
 
 
-@pytest.mark.parametrize("causal", [True, False])
-def test_linear_attention_features_fast_path_is_bitwise_generic(backend, rng, causal):
-    """The chunked engine's ``elu+1`` features (torch, NumPy: in place, no zero arrays) are the generic
-    bits: queries far below 0 (the log-space shift), above it and mixed, with RoPE or without,
-    from a state, several streamed parts, outputs and states alike."""
+@pytest.mark.parametrize(
+    "kind",
+    ["causal", "causal, no state", "causal, eps", "causal, unnormalised", "causal, bfloat16", "non-causal"],
+)
+def test_linear_attention_chunked_fast_paths_are_bitwise_generic(backend, rng, kind):
+    """The chunked engine's fast paths (``elu+1`` features in place; torch's causal blocks with
+    every product reused in place) give the generic bits: queries far below 0 (the log-space
+    shift), above it and mixed, with RoPE or without, from a state or none, a floor, no
+    denominator, bfloat16 in and out, several streamed parts and a padded one, outputs and
+    states alike."""
     if backend.slow:
         pytest.skip("a slow backend takes no fast path")
+    if kind.endswith("bfloat16") and "bfloat16" not in backend.float_dtypes():
+        pytest.skip(f"{backend.name} has no bfloat16")
     x = rng.standard_normal((3, 2, 1100, 8)) * 2
     x[0, 0, :40] -= 200.0  # (every query feature below exp's range without the shift)
     x[1, 1, 40:80] += 50.0
-    q, k, v = (backend.asarray(a, "float32") for a in (x, x[:, :, ::-1] * 0.5, rng.standard_normal(x.shape)))
-    st = rotary.linear_attention_state(k[..., :5, :], v[..., :5, :], None)
+    dt = "bfloat16" if kind.endswith("bfloat16") else "float32"
+    q, k, v = (backend.asarray(a, dt) for a in (x, x[:, :, ::-1] * 0.5, rng.standard_normal(x.shape)))
+    kw: dict = {"causal": kind.startswith("causal"), "return_state": True}
+    if kind in ("causal", "causal, eps", "causal, bfloat16"):
+        kw["state"] = rotary.linear_attention_state(k[..., :5, :], v[..., :5, :], None)
+    if kind == "causal, eps":
+        kw["eps"] = 1e-3
+    if kind == "causal, unnormalised":
+        kw |= {"normalize": False, "feature_map": "identity"}
     for pos in (None, backend.asarray(np.arange(1100), backend.int_dtype())):
 
         def call(pos=pos):
-            return rotary.linear_attention(
-                q, k, v, pos, causal=causal, state=st if causal else None, return_state=True
-            )
+            return rotary.linear_attention(q, k, v, pos, **kw)
 
         (out, new), (ref, ref_state) = _both(call)
+        assert out.dtype == q.dtype
         for a, b in ((out, ref), (new.S, ref_state.S), (new.z, ref_state.z)):
+            if b is None:
+                assert a is None
+                continue
             np.testing.assert_array_equal(backend.to_numpy(a), backend.to_numpy(b))
         assert np.isfinite(backend.to_numpy(out)).all()
 

@@ -560,6 +560,23 @@ class Backend:
         namespace's wraps it)."""
         return self.xp.cumulative_sum(x, axis=axis, dtype=x.dtype)
 
+    def plain_block(
+        self,
+        ch: _linear.Chunk,
+        carry: _linear.Carry | None,
+        size: int,
+        m: int,
+        plan: _linear.Plan,
+        out_dtype: DType | None,
+        *,
+        strict: bool = False,
+        divided: bool = True,
+    ) -> tuple[Any, _linear.Carry] | None:
+        """:func:`rotary._math._linear.block_causal` of ``m`` whole chunks of ``size`` without decay
+        or documents (``m`` a plain int up to its one-product bound), where a library has a fast
+        path with the same bits; ``None``: the generic code."""
+        return None
+
     def features(self, x: Array, plan: _linear.Plan) -> Array:
         """:func:`rotary._math._linear.features` (a library's fast path overrides it)."""
         return _linear.features(x, plan, self.xp)

@@ -42,7 +42,7 @@ from .._lib import _validation as v
 from .._lib._cache import fast_paths_enabled, get_or_build, register_library
 from .._lib._process import after_fork_in_child, load
 from .._lib._typing import Array, Device, DType, Layout, Namespace
-from .._math._linear import FEATURE_MAPS
+from .._math._linear import FEATURE_MAPS, Carry
 from .._math._rotation import pair_partners
 from . import _eager
 from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, Jagged, sized
@@ -302,6 +302,16 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 def _triton_device(x: Array) -> bool:
     return bool(x.is_cuda or (_INTERPRET and x.device.type == "cpu"))
+
+
+def _carry_fits(carry: Any, lead: tuple[Any, ...], normalized: bool) -> bool:
+    """A carry of exactly these leading axes, with ``z`` where the block is normalised."""
+    return (
+        tuple(carry.S.shape[:-2]) == lead
+        and (carry.z is not None) == normalized
+        and (carry.z is None or tuple(carry.z.shape[:-1]) == lead)
+        and getattr(carry, "doc", None) is None
+    )
 
 
 def _elu1_fast(x: Any, plan: Any) -> bool:
@@ -873,6 +883,78 @@ class TorchBackend(Backend):
             return C2, S2
 
         return rows
+
+    def plain_block(
+        self,
+        ch: Any,
+        carry: Any,
+        size: int,
+        m: int,
+        plan: Any,
+        out_dtype: DType | None,
+        *,
+        strict: bool = False,
+        divided: bool = True,
+    ) -> tuple[Any, Any] | None:
+        """The generic block's operations (:func:`rotary._math._linear.block_causal`, plain, one
+        product for the chunk starts) with every product's result reused in place: the same
+        bits, about a sixth fewer state-sized buffers.  Plain CPU tensors of one dtype whose
+        leading axes are equal (no grouped-query broadcast) and a denominator unchecked."""
+        a, c, b, e, v = ch
+        xs = [x for x in (a, c, b, e, v) if x is not None]
+        if carry is not None:
+            xs += [x for x in (carry.S, carry.z) if x is not None]
+        lead = tuple(a.shape[:-2])
+        if not (
+            plan.check is None
+            and (c is None) == (e is None)
+            and all(x.dtype == a.dtype and x.is_cpu for x in xs)
+            and all(tuple(x.shape[:-2]) == lead for x in (b, v, c, e) if x is not None)
+            and (carry is None or _carry_fits(carry, lead, e is not None))
+            and fast(*xs)
+        ):
+            return None
+        T, dv, dev, dt = a.shape[-2], v.shape[-1], a.device, a.dtype
+
+        def split(x: Array) -> Array:
+            return x.reshape(*lead, m, size, x.shape[-1])
+
+        tri = torch.ones(size, size, dtype=dt, device=dev).tril_(-1 if strict else 0)
+        A, B, V = split(a), split(b), split(v)
+        num = torch.matmul(torch.matmul(A, B.mT).mul_(tri), V)
+        den = Cq = None
+        if c is not None:
+            Cq, E = split(c), split(e)
+            den = torch.sum(torch.matmul(Cq, E.mT).mul_(tri), -1)
+        Sc = torch.matmul(B.mT, V)
+        zc = None if e is None else torch.sum(split(e), -2)
+        if carry is None:
+            S0, z0 = (
+                torch.zeros_like(Sc[..., 0, :, :]),
+                None if zc is None else torch.zeros_like(zc[..., 0, :]),
+            )
+        else:
+            S0, z0 = carry.S, carry.z
+        W = torch.ones(m + 1, m + 1, dtype=dt, device=dev).tril_()
+        F = Sc.shape[-2]
+        src = torch.cat([S0.unsqueeze(-3), Sc], -3).reshape(*lead, m + 1, F * dv)
+        P = torch.matmul(W, src).reshape(*lead, m + 1, F, dv)
+        num.add_(torch.matmul(A, P[..., :-1, :, :]))  # (a + b == b + a: the generic num + inter)
+        Pz = None
+        if den is not None and zc is not None and z0 is not None and Cq is not None:
+            Pz = torch.matmul(W, torch.cat([z0.unsqueeze(-2), zc], -2))
+            den.add_(torch.sum(Cq * Pz[..., :-1, None, :], -1))
+        after = Carry(P[..., -1, :, :], None if Pz is None else Pz[..., -1, :], None)
+        if not divided:
+            out: Any = (num.reshape(*lead, T, dv), None if den is None else den.reshape(*lead, T))
+        else:
+            if den is not None:  # (:func:`rotary._math._linear.divide`'s bits: den is this block's own)
+                den = den.clamp_min_(plan.eps) if plan.eps > 0 else den.masked_fill_(den == 0, math.inf)
+                num.div_(den[..., None])
+            out = num.reshape(*lead, T, dv)
+            if out_dtype is not None and out.dtype != out_dtype:
+                out = out.to(out_dtype)
+        return out, after
 
     def features(self, x: Array, plan: Any) -> Array:
         if not _elu1_fast(x, plan):

@@ -134,10 +134,8 @@ def _forward(
             _linear.Chunk(a, c, b, e, vc), _linear.Marks(_tokens(gb, t, xp), None if rb is None else rb)
         )
         if split:
-            return _causal_part(call, ch, marks, carry, xp, dev, q.dtype, be.cumsum, strict=strict)
-        carry, (num, den) = _causal_part(
-            call, ch, marks, carry, xp, dev, None, be.cumsum, strict=strict, divided=False
-        )
+            return _causal_part(call, ch, marks, carry, be, dev, q.dtype, strict=strict)
+        carry, (num, den) = _causal_part(call, ch, marks, carry, be, dev, None, strict=strict, divided=False)
         if per_doc:
             assert docs is not None and rb is not None
             add_num, add_den = _doc_init(ch.a, ch.c, rb, Gb, docs.S0, docs.z0, call, xp)
@@ -204,19 +202,20 @@ def _causal_part(
     ch: _linear.Chunk,
     marks: _linear.Marks,
     carry: _linear.Carry | None,
-    xp: Namespace,
+    be: Backend,
     dev: Device,
     out_dtype: DType,
-    cumsum: _linear.CumSum | None = None,
     **kw: Any,
 ) -> tuple[_linear.Carry, Any]:
-    """One part of causal attention: padded to whole chunks, then all its chunks at once."""
+    """One part of causal attention: padded to whole chunks, then all its chunks at once (a
+    backend's :meth:`~rotary._backends.Backend.plain_block` where it has one)."""
+    xp = be.xp
     t = ch.b.shape[-2]
     known = call.sized and isinstance(t, int)  # (else symbolic: torch.compile, jax.export, ndonnx)
     size = min(call.size, t) if known and t else call.size
     if t is None:  # an unknown length (ndonnx): chunks of one token, by a new axis (no padding)
         out, after = _linear.block_causal(
-            ch, marks, carry, 1, call.plan, xp, dev, out_dtype, cumsum=cumsum, **kw
+            ch, marks, carry, 1, call.plan, xp, dev, out_dtype, cumsum=be.cumsum, **kw
         )
         return after, out
     if t == 0:  # (no token: a static size everywhere; torch.compile specialises 0, symbolic sizes are >= 1)
@@ -236,9 +235,25 @@ def _causal_part(
         o, after = _linear.step(ch, marks, carry, call.plan, xp)
         return after, (o if o.dtype == out_dtype else xp.astype(o, out_dtype))
     padded, pmarks, real, m = _linear.pad_part(ch, marks, size, xp, known)
-    out, after = _linear.block_causal(
-        padded, pmarks, carry, size, call.plan, xp, dev, out_dtype, chunks=m, sized=known, cumsum=cumsum, **kw
-    )
+    res = None
+    if known and pmarks.g is None and pmarks.doc is None and isinstance(m, int) and m <= _linear.SMALL:
+        res = be.plain_block(padded, carry, size, m, call.plan, out_dtype, **kw)
+    if res is None:
+        res = _linear.block_causal(
+            padded,
+            pmarks,
+            carry,
+            size,
+            call.plan,
+            xp,
+            dev,
+            out_dtype,
+            chunks=m,
+            sized=known,
+            cumsum=be.cumsum,
+            **kw,
+        )
+    out, after = res
     if not (known and real == padded.b.shape[-2]):
         if isinstance(out, tuple):
             out = (out[0][..., :real, :], None if out[1] is None else out[1][..., :real])

@@ -393,7 +393,7 @@ def block_causal(
         S0, z0, d0 = carry
         if doc is not None and d0 is None:
             d0 = doc[..., 0, 0]
-    if plain and not (sized and isinstance(m, int) and m <= _SMALL):
+    if plain and not (sized and isinstance(m, int) and m <= SMALL):
         # many chunks, or an unknown number: the states at the chunk starts are a cumulative sum
         return _plain_scan(a, c, b, e, v, Sc, zc, S0, z0, num, den, plan, xp, T, out_dtype, divided, cs)
     # W[t, s]: weight of source s (0: the carry, s >= 1: chunk s - 1) in the state at the start of
@@ -436,7 +436,7 @@ def block_causal(
 #: Chunks of a part up to which the states at the chunk starts are one matrix product (a small
 #: ``(m + 1) x (m + 1)`` constant); above, a cumulative sum (linear in ``m``, and shapes may be
 #: symbolic).
-_SMALL = 64
+SMALL = 64
 
 
 def _plain_scan(
