@@ -129,7 +129,7 @@ def test_linear_decoding_steps_are_bitwise_generic_for_every_position_form(backe
     ["causal", "causal, no state", "causal, eps", "causal, unnormalised", "causal, bfloat16", "non-causal"],
 )
 def test_linear_attention_chunked_fast_paths_are_bitwise_generic(backend, rng, kind):
-    """The chunked engine's fast paths (``elu+1`` features in place; torch's causal blocks with
+    """The chunked engine's fast paths (``elu+1`` features in place; torch's and NumPy's causal blocks with
     every product reused in place) give the generic bits: queries far below 0 (the log-space
     shift), above it and mixed, with RoPE or without, from a state or none, a floor, no
     denominator, bfloat16 in and out, several streamed parts and a padded one, outputs and

@@ -662,6 +662,16 @@ class Backend:
         return fn
 
 
+def _carry_fits(carry: Any, lead: tuple[Any, ...], normalized: bool) -> bool:
+    """A carry of exactly these leading axes, with ``z`` where the block is normalised."""
+    return (
+        tuple(carry.S.shape[:-2]) == lead
+        and (carry.z is not None) == normalized
+        and (carry.z is None or tuple(carry.z.shape[:-1]) == lead)
+        and getattr(carry, "doc", None) is None
+    )
+
+
 class Jagged(NamedTuple):
     """A nested array with one ragged (token) axis: ``values`` (every document's tokens, one
     after another, along axis ``axis``), ``offsets`` (``cu_seqlens``: ``(n_docs + 1,)``), and

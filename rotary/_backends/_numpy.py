@@ -14,10 +14,10 @@ import numpy as np
 
 from .._lib._cache import fast_paths_enabled, get_or_build
 from .._lib._typing import Array, DType, Layout
-from .._math._linear import FEATURE_MAPS
+from .._math._linear import FEATURE_MAPS, Carry
 from .._math._rotation import pair_partners
 from . import _eager
-from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, _check_host, sized
+from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, _carry_fits, _check_host, sized
 
 __all__ = ["NumpyBackend"]
 
@@ -56,6 +56,79 @@ class NumpyBackend(Backend):
         """:func:`rotary.fast_paths` on and every input a plain ``numpy.ndarray``: subclasses
         (masked arrays, matrices, a user's ``__array_ufunc__``) take the generic code."""
         return fast_paths_enabled() and _plain(*inputs, *grads)
+
+    def plain_block(
+        self,
+        ch: Any,
+        carry: Any,
+        size: int,
+        m: int,
+        plan: Any,
+        out_dtype: DType | None,
+        *,
+        strict: bool = False,
+        divided: bool = True,
+    ) -> tuple[Any, Any] | None:
+        """The generic block's operations with every product's result reused in place (as
+        torch's :meth:`~rotary._backends._torch.TorchBackend.plain_block`): plain arrays of one
+        dtype with equal leading axes, a denominator unchecked."""
+        a, c, b, e, v = ch
+        xs = [x for x in (a, c, b, e, v) if x is not None]
+        if carry is not None:
+            xs += [x for x in (carry.S, carry.z) if x is not None]
+        lead = a.shape[:-2]
+        if not (
+            plan.check is None
+            and (c is None) == (e is None)
+            and all(x.dtype == a.dtype for x in xs)
+            and all(x.shape[:-2] == lead for x in (b, v, c, e) if x is not None)
+            and (carry is None or _carry_fits(carry, lead, e is not None))
+            and self.fast(*xs)
+        ):
+            return None
+        T, dv, dt = a.shape[-2], v.shape[-1], a.dtype
+
+        def split(x: Array) -> Array:
+            return x.reshape(*lead, m, size, x.shape[-1])
+
+        tri = np.tril(np.ones((size, size), dtype=dt), -1 if strict else 0)
+        A, B, V = split(a), split(b), split(v)
+        AB = np.matmul(A, B.swapaxes(-1, -2))
+        AB *= tri
+        num = np.matmul(AB, V)
+        den = Cq = None
+        if c is not None:
+            Cq, E = split(c), split(e)
+            CE = np.matmul(Cq, E.swapaxes(-1, -2))
+            CE *= tri
+            den = CE.sum(axis=-1)
+        Sc = np.matmul(B.swapaxes(-1, -2), V)
+        zc = None if e is None else split(e).sum(axis=-2)
+        if carry is None:
+            S0 = np.zeros_like(Sc[..., 0, :, :])
+            z0 = None if zc is None else np.zeros_like(zc[..., 0, :])
+        else:
+            S0, z0 = carry.S, carry.z
+        W = np.tril(np.ones((m + 1, m + 1), dtype=dt))
+        F = Sc.shape[-2]
+        src = np.concatenate([S0[..., None, :, :], Sc], axis=-3).reshape(*lead, m + 1, F * dv)
+        P = np.matmul(W, src).reshape(*lead, m + 1, F, dv)
+        num += np.matmul(A, P[..., :-1, :, :])  # (a + b == b + a: the generic num + inter)
+        Pz = None
+        if den is not None and zc is not None and z0 is not None and Cq is not None:
+            Pz = np.matmul(W, np.concatenate([z0[..., None, :], zc], axis=-2))
+            den += (Cq * Pz[..., :-1, None, :]).sum(axis=-1)
+        after = Carry(P[..., -1, :, :], None if Pz is None else Pz[..., -1, :], None)
+        if not divided:
+            return (num.reshape(*lead, T, dv), None if den is None else den.reshape(*lead, T)), after
+        if den is not None:  # (:func:`rotary._math._linear.divide`'s bits: den is this block's own)
+            if plan.eps > 0:
+                np.maximum(den, dt.type(plan.eps), out=den)
+            else:
+                den[den == 0] = np.inf
+            num /= den[..., None]
+        out = num.reshape(*lead, T, dv)
+        return (out if out_dtype is None or out.dtype == out_dtype else out.astype(out_dtype)), after
 
     def features(self, x: Array, plan: Any) -> Array:
         if not self._elu1_fast(x, plan):

@@ -45,7 +45,7 @@ from .._lib._typing import Array, Device, DType, Layout, Namespace
 from .._math._linear import FEATURE_MAPS, Carry
 from .._math._rotation import pair_partners
 from . import _eager
-from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, Jagged, sized
+from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, Jagged, _carry_fits, sized
 
 __all__ = ["TorchBackend"]
 
@@ -302,16 +302,6 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 def _triton_device(x: Array) -> bool:
     return bool(x.is_cuda or (_INTERPRET and x.device.type == "cpu"))
-
-
-def _carry_fits(carry: Any, lead: tuple[Any, ...], normalized: bool) -> bool:
-    """A carry of exactly these leading axes, with ``z`` where the block is normalised."""
-    return (
-        tuple(carry.S.shape[:-2]) == lead
-        and (carry.z is not None) == normalized
-        and (carry.z is None or tuple(carry.z.shape[:-1]) == lead)
-        and getattr(carry, "doc", None) is None
-    )
 
 
 def _elu1_fast(x: Any, plan: Any) -> bool:
