@@ -124,16 +124,25 @@ def test_linear_decoding_steps_are_bitwise_generic_for_every_position_form(backe
             assert int(new.offset) == t + 1
 
 
-@pytest.mark.parametrize(
-    "kind",
-    ["causal", "causal, no state", "causal, eps", "causal, unnormalised", "causal, bfloat16", "non-causal"],
-)
+KINDS = [
+    "causal",
+    "causal, no state",
+    "causal, eps",
+    "causal, unnormalised",
+    "causal, bfloat16",
+    "causal, packed",
+    "causal, segment ids",
+    "non-causal",
+]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_linear_attention_chunked_fast_paths_are_bitwise_generic(backend, rng, kind):
-    """The chunked engine's fast paths (``elu+1`` features in place; torch's and NumPy's causal blocks with
-    every product reused in place) give the generic bits: queries far below 0 (the log-space
-    shift), above it and mixed, with RoPE or without, from a state or none, a floor, no
-    denominator, bfloat16 in and out, several streamed parts and a padded one, outputs and
-    states alike."""
+    """The chunked engine's fast paths (``elu+1`` features in place; torch's and NumPy's causal
+    blocks with every product reused in place) give the generic bits: queries far below 0 (the
+    log-space shift), above it and mixed, with RoPE or without, from a state or none, a floor, no
+    denominator, bfloat16 in and out, packed documents (a part inside one document takes the
+    plain block), several streamed parts and a padded one, outputs and states alike."""
     if backend.slow:
         pytest.skip("a slow backend takes no fast path")
     if kind.endswith("bfloat16") and "bfloat16" not in backend.float_dtypes():
@@ -150,6 +159,11 @@ def test_linear_attention_chunked_fast_paths_are_bitwise_generic(backend, rng, k
         kw["eps"] = 1e-3
     if kind == "causal, unnormalised":
         kw |= {"normalize": False, "feature_map": "identity"}
+    if kind == "causal, packed":  # (a boundary inside a part, one at a part's start)
+        kw["cu_seqlens"] = backend.asarray(np.array([0, 300, 1024, 1100]), backend.int_dtype())
+    if kind == "causal, segment ids":  # (rows of their own documents)
+        ids = np.repeat(np.array([[0, 1, 1], [2, 2, 3], [4, 5, 6]]), [512, 512, 76], axis=1)
+        kw["segment_ids"] = backend.asarray(ids[:, None, :], backend.int_dtype())
     for pos in (None, backend.asarray(np.arange(1100), backend.int_dtype())):
 
         def call(pos=pos):

@@ -577,6 +577,12 @@ class Backend:
         path with the same bits; ``None``: the generic code."""
         return None
 
+    def one_document(self, doc: Array, carried: Array | None) -> bool:
+        """Every token of a part in one document per row (``doc``: ``(..., T)`` ids), the one its
+        carry belongs to (``carried``: ``None``, or the carry's ids): read where a library's fast
+        path may run (:meth:`plain_block`); ``False`` elsewhere."""
+        return False
+
     def features(self, x: Array, plan: _linear.Plan) -> Array:
         """:func:`rotary._math._linear.features` (a library's fast path overrides it)."""
         return _linear.features(x, plan, self.xp)

@@ -130,6 +130,12 @@ class NumpyBackend(Backend):
         out = num.reshape(*lead, T, dv)
         return (out if out_dtype is None or out.dtype == out_dtype else out.astype(out_dtype)), after
 
+    def one_document(self, doc: Array, carried: Array | None) -> bool:
+        if not (self.fast(doc) and (carried is None or isinstance(carried, (np.ndarray, np.integer)))):
+            return False
+        first = doc[..., :1]
+        return bool((doc == first).all()) and (carried is None or bool((carried == first[..., 0]).all()))
+
     def features(self, x: Array, plan: Any) -> Array:
         if not self._elu1_fast(x, plan):
             return super().features(x, plan)

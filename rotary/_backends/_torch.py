@@ -946,6 +946,19 @@ class TorchBackend(Backend):
                 out = out.to(out_dtype)
         return out, after
 
+    def one_document(self, doc: Array, carried: Array | None) -> bool:
+        if not (
+            type(doc) is torch.Tensor
+            and doc.is_cpu
+            and (carried is None or (type(carried) is torch.Tensor and carried.is_cpu))
+            and fast(doc, carried)
+        ):
+            return False
+        first = doc[..., :1]
+        return bool(torch.equal(doc, first.expand_as(doc))) and (
+            carried is None or bool(torch.all(carried == first[..., 0]))
+        )
+
     def features(self, x: Array, plan: Any) -> Array:
         if not _elu1_fast(x, plan):
             return super().features(x, plan)

@@ -236,8 +236,17 @@ def _causal_part(
         return after, (o if o.dtype == out_dtype else xp.astype(o, out_dtype))
     padded, pmarks, real, m = _linear.pad_part(ch, marks, size, xp, known)
     res = None
-    if known and pmarks.g is None and pmarks.doc is None and isinstance(m, int) and m <= _linear.SMALL:
-        res = be.plain_block(padded, carry, size, m, call.plan, out_dtype, **kw)
+    if known and pmarks.g is None and isinstance(m, int) and m <= _linear.SMALL:
+        doc = pmarks.doc
+        if doc is None:
+            res = be.plain_block(padded, carry, size, m, call.plan, out_dtype, **kw)
+        elif be.one_document(doc, None if carry is None else carry.doc):
+            # (a part inside one document that its carry belongs to: the plain block's bits, the
+            # documents' masks all ones)
+            base = None if carry is None else carry._replace(doc=None)
+            res = be.plain_block(padded, base, size, m, call.plan, out_dtype, **kw)
+            if res is not None:
+                res = (res[0], res[1]._replace(doc=doc[..., -1]))
     if res is None:
         res = _linear.block_causal(
             padded,
