@@ -569,12 +569,13 @@ class Backend:
         plan: _linear.Plan,
         out_dtype: DType | None,
         *,
+        doc: Any = None,
         strict: bool = False,
         divided: bool = True,
     ) -> tuple[Any, _linear.Carry] | None:
         """:func:`rotary._math._linear.block_causal` of ``m`` whole chunks of ``size`` without decay
-        or documents (``m`` a plain int up to its one-product bound), where a library has a fast
-        path with the same bits; ``None``: the generic code."""
+        (``m`` a plain int up to its one-product bound; ``doc``: the documents' ids per token, or
+        ``None``), where a library has a fast path with the same bits; ``None``: the generic code."""
         return None
 
     def one_document(self, doc: Array, carried: Array | None) -> bool:

@@ -66,6 +66,7 @@ class NumpyBackend(Backend):
         plan: Any,
         out_dtype: DType | None,
         *,
+        doc: Any = None,
         strict: bool = False,
         divided: bool = True,
     ) -> tuple[Any, Any] | None:
@@ -77,12 +78,18 @@ class NumpyBackend(Backend):
         if carry is not None:
             xs += [x for x in (carry.S, carry.z) if x is not None]
         lead = a.shape[:-2]
+        d0 = None if carry is None else carry.doc
         if not (
             plan.check is None
             and (c is None) == (e is None)
             and all(x.dtype == a.dtype for x in xs)
             and all(x.shape[:-2] == lead for x in (b, v, c, e) if x is not None)
-            and (carry is None or _carry_fits(carry, lead, e is not None))
+            and (carry is None or _carry_fits(carry._replace(doc=None), lead, e is not None))
+            and (
+                d0 is None
+                or (doc is not None and isinstance(d0, (np.ndarray, np.integer)) and np.ndim(d0) == 0)
+            )
+            and (doc is None or (type(doc) is np.ndarray and doc.ndim == 1))
             and self.fast(*xs)
         ):
             return None
@@ -91,34 +98,51 @@ class NumpyBackend(Backend):
         def split(x: Array) -> Array:
             return x.reshape(*lead, m, size, x.shape[-1])
 
-        tri = np.tril(np.ones((size, size), dtype=dt), -1 if strict else 0)
-        A, B, V = split(a), split(b), split(v)
+        D = np.tril(np.ones((size, size), dtype=dt), -1 if strict else 0)
+        wend = wq = mask = None
+        if doc is not None:  # (0/1 weights: every product by them exact, in any order)
+            ids = doc.reshape(m, size)
+            D = (ids[:, :, None] == ids[:, None, :]).astype(dt) * D
+            wend = (ids == ids[:, -1:]).astype(dt)[..., None]
+            ends = np.concatenate([ids[0, :1] if d0 is None else np.reshape(d0, (1,)), ids[:, -1]])
+            mask = (ends[:, None] == ends[None, :]).astype(dt)
+            wq = (ids == ends[:-1, None]).astype(dt)
+        A, B, V = split(a), split(b), split(np.ascontiguousarray(v))  # (v: one copy, not one per product)
         AB = np.matmul(A, B.swapaxes(-1, -2))
-        AB *= tri
+        AB *= D
         num = np.matmul(AB, V)
         den = Cq = None
         if c is not None:
             Cq, E = split(c), split(e)
             CE = np.matmul(Cq, E.swapaxes(-1, -2))
-            CE *= tri
+            CE *= D
             den = CE.sum(axis=-1)
-        Sc = np.matmul(B.swapaxes(-1, -2), V)
-        zc = None if e is None else split(e).sum(axis=-2)
+        Sc = np.matmul((B if wend is None else B * wend).swapaxes(-1, -2), V)
+        zc = None if e is None else (split(e) if wend is None else split(e) * wend).sum(axis=-2)
         if carry is None:
             S0 = np.zeros_like(Sc[..., 0, :, :])
             z0 = None if zc is None else np.zeros_like(zc[..., 0, :])
         else:
             S0, z0 = carry.S, carry.z
         W = np.tril(np.ones((m + 1, m + 1), dtype=dt))
+        if mask is not None:
+            W *= mask
         F = Sc.shape[-2]
         src = np.concatenate([S0[..., None, :, :], Sc], axis=-3).reshape(*lead, m + 1, F * dv)
-        P = np.matmul(W, src).reshape(*lead, m + 1, F, dv)
-        num += np.matmul(A, P[..., :-1, :, :])  # (a + b == b + a: the generic num + inter)
+        P = np.matmul(W[:-1], src).reshape(*lead, m, F, dv)
+        P_end = np.matmul(W[-1:], src).reshape(*lead, F, dv)
+        inter = np.matmul(A, P)
+        if wq is not None:
+            inter *= wq[..., None]
+        num += inter  # (a + b == b + a: the generic num + inter)
         Pz = None
         if den is not None and zc is not None and z0 is not None and Cq is not None:
             Pz = np.matmul(W, np.concatenate([z0[..., None, :], zc], axis=-2))
-            den += (Cq * Pz[..., :-1, None, :]).sum(axis=-1)
-        after = Carry(P[..., -1, :, :], None if Pz is None else Pz[..., -1, :], None)
+            dinter = (Cq * Pz[..., :-1, None, :]).sum(axis=-1)
+            if wq is not None:
+                dinter *= wq
+            den += dinter
+        after = Carry(P_end, None if Pz is None else Pz[..., -1, :], None if doc is None else doc[-1])
         if not divided:
             return (num.reshape(*lead, T, dv), None if den is None else den.reshape(*lead, T)), after
         if den is not None:  # (:func:`rotary._math._linear.divide`'s bits: den is this block's own)

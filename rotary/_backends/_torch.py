@@ -883,25 +883,30 @@ class TorchBackend(Backend):
         plan: Any,
         out_dtype: DType | None,
         *,
+        doc: Any = None,
         strict: bool = False,
         divided: bool = True,
     ) -> tuple[Any, Any] | None:
-        """The generic block's operations (:func:`rotary._math._linear.block_causal`, plain, one
-        product for the chunk starts) with every product's result reused in place: the same
-        bits, about a sixth fewer state-sized buffers.  Plain CPU tensors of one dtype whose
-        leading axes are equal (no grouped-query broadcast) and a denominator unchecked."""
+        """The generic block's operations (:func:`rotary._math._linear.block_causal` without
+        decay, one product for the chunk starts; documents given as one id per token ``(T,)``)
+        with every product's result reused in place: the same bits, fewer buffers.  Plain CPU
+        tensors of one dtype whose leading axes are equal (no grouped-query broadcast) and a
+        denominator unchecked."""
         a, c, b, e, v = ch
         xs = [x for x in (a, c, b, e, v) if x is not None]
         if carry is not None:
             xs += [x for x in (carry.S, carry.z) if x is not None]
         lead = tuple(a.shape[:-2])
+        d0 = None if carry is None else carry.doc
         if not (
             plan.check is None
             and (c is None) == (e is None)
             and all(x.dtype == a.dtype and x.is_cpu for x in xs)
             and all(tuple(x.shape[:-2]) == lead for x in (b, v, c, e) if x is not None)
-            and (carry is None or _carry_fits(carry, lead, e is not None))
-            and fast(*xs)
+            and (carry is None or _carry_fits(carry._replace(doc=None), lead, e is not None))
+            and (d0 is None or (doc is not None and type(d0) is torch.Tensor and d0.ndim == 0 and d0.is_cpu))
+            and (doc is None or (type(doc) is torch.Tensor and doc.ndim == 1 and doc.is_cpu))
+            and fast(*xs, doc, d0)
         ):
             return None
         T, dv, dev, dt = a.shape[-2], v.shape[-1], a.device, a.dtype
@@ -909,15 +914,23 @@ class TorchBackend(Backend):
         def split(x: Array) -> Array:
             return x.reshape(*lead, m, size, x.shape[-1])
 
-        tri = torch.ones(size, size, dtype=dt, device=dev).tril_(-1 if strict else 0)
-        A, B, V = split(a), split(b), split(v)
-        num = torch.matmul(torch.matmul(A, B.mT).mul_(tri), V)
+        D = torch.ones(size, size, dtype=dt, device=dev).tril_(-1 if strict else 0)
+        wend = wq = mask = None
+        if doc is not None:  # (0/1 weights: every product by them exact, in any order)
+            ids = doc.reshape(m, size)
+            D = (ids[:, :, None] == ids[:, None, :]).to(dt).mul_(D)
+            wend = (ids == ids[:, -1:]).to(dt)[..., None]
+            ends = torch.cat([(ids[0, :1] if d0 is None else d0.reshape(1)), ids[:, -1]])
+            mask = (ends[:, None] == ends[None, :]).to(dt)
+            wq = (ids == ends[:-1, None]).to(dt)
+        A, B, V = split(a), split(b), split(v.contiguous())  # (v: one copy, not one per product)
+        num = torch.matmul(torch.matmul(A, B.mT).mul_(D), V)
         den = Cq = None
         if c is not None:
             Cq, E = split(c), split(e)
-            den = torch.sum(torch.matmul(Cq, E.mT).mul_(tri), -1)
-        Sc = torch.matmul(B.mT, V)
-        zc = None if e is None else torch.sum(split(e), -2)
+            den = torch.sum(torch.matmul(Cq, E.mT).mul_(D), -1)
+        Sc = torch.matmul((B if wend is None else B * wend).mT, V)
+        zc = None if e is None else torch.sum(split(e) if wend is None else split(e) * wend, -2)
         if carry is None:
             S0, z0 = (
                 torch.zeros_like(Sc[..., 0, :, :]),
@@ -926,15 +939,20 @@ class TorchBackend(Backend):
         else:
             S0, z0 = carry.S, carry.z
         W = torch.ones(m + 1, m + 1, dtype=dt, device=dev).tril_()
+        if mask is not None:
+            W.mul_(mask)
         F = Sc.shape[-2]
         src = torch.cat([S0.unsqueeze(-3), Sc], -3).reshape(*lead, m + 1, F * dv)
-        P = torch.matmul(W, src).reshape(*lead, m + 1, F, dv)
-        num.add_(torch.matmul(A, P[..., :-1, :, :]))  # (a + b == b + a: the generic num + inter)
+        P = torch.matmul(W[:-1], src).reshape(*lead, m, F, dv)
+        P_end = torch.matmul(W[-1:], src).reshape(*lead, F, dv)
+        inter = torch.matmul(A, P)
+        num.add_(inter if wq is None else inter.mul_(wq[..., None]))  # (a + b == b + a: num + inter)
         Pz = None
         if den is not None and zc is not None and z0 is not None and Cq is not None:
             Pz = torch.matmul(W, torch.cat([z0.unsqueeze(-2), zc], -2))
-            den.add_(torch.sum(Cq * Pz[..., :-1, None, :], -1))
-        after = Carry(P[..., -1, :, :], None if Pz is None else Pz[..., -1, :], None)
+            dinter = torch.sum(Cq * Pz[..., :-1, None, :], -1)
+            den.add_(dinter if wq is None else dinter.mul_(wq))
+        after = Carry(P_end, None if Pz is None else Pz[..., -1, :], None if doc is None else doc[-1])
         if not divided:
             out: Any = (num.reshape(*lead, T, dv), None if den is None else den.reshape(*lead, T))
         else:

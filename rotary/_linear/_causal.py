@@ -247,6 +247,8 @@ def _causal_part(
             res = be.plain_block(padded, base, size, m, call.plan, out_dtype, **kw)
             if res is not None:
                 res = (res[0], res[1]._replace(doc=doc[..., -1]))
+        else:
+            res = be.plain_block(padded, carry, size, m, call.plan, out_dtype, doc=doc, **kw)
     if res is None:
         res = _linear.block_causal(
             padded,

@@ -416,20 +416,24 @@ def block_causal(
     src = _stack_states(S0, Sc, -3, xp)  # (..., m + 1, F, dv)
     lead = src.shape[:-3]
     flat = xp.reshape(src, (*lead, m + 1, F * dv))
-    P = xp.reshape(xp.matmul(W, flat), (*_lead_of(W, lead), m + 1, F, dv))
+    # (the chunk starts' states and the state after the block as two products: the first a whole
+    # array, which the queries' product reads without a copy of a slice)
+    lw = _lead_of(W, lead)
+    P = xp.reshape(xp.matmul(W[..., :-1, :], flat), (*lw, m, F, dv))
+    P_end = xp.reshape(xp.matmul(W[..., -1:, :], flat), (*lw, F, dv))
     Pz = None
     if zc is not None and z0 is not None:
         zsrc = _stack_states(z0, zc, -2, xp)
         Pz = xp.matmul(W, zsrc)
     # -- inter-chunk outputs ---------------------------------------------------------------------
-    inter = xp.matmul(a, P[..., :-1, :, :])
+    inter = xp.matmul(a, P)
     num = num + (inter if wq is None else inter * wq[..., None])
     if den is not None:
         assert c is not None and Pz is not None
         dinter = xp.sum(c * Pz[..., :-1, None, :], axis=-1)
         den = den + (dinter if wq is None else dinter * wq)
     new_doc = None if doc is None else doc[..., -1, -1]
-    after = Carry(P[..., -1, :, :], None if Pz is None else Pz[..., -1, :], new_doc)
+    after = Carry(P_end, None if Pz is None else Pz[..., -1, :], new_doc)
     return _finish(num, den, plan, xp, T, out_dtype, divided), after
 
 
