@@ -570,12 +570,14 @@ class Backend:
         out_dtype: DType | None,
         *,
         doc: Any = None,
+        uniform: bool = False,
         strict: bool = False,
         divided: bool = True,
     ) -> tuple[Any, _linear.Carry] | None:
         """:func:`rotary._math._linear.block_causal` of ``m`` whole chunks of ``size`` without decay
         (``m`` a plain int up to its one-product bound; ``doc``: the documents' ids per token, or
-        ``None``), where a library has a fast path with the same bits; ``None``: the generic code."""
+        ``None``; ``uniform``: they are one document, the carry's, :meth:`one_document`), where a
+        library has a fast path with the same bits; ``None``: the generic code."""
         return None
 
     def one_document(self, doc: Array, carried: Array | None) -> bool:

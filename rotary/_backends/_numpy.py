@@ -67,6 +67,7 @@ class NumpyBackend(Backend):
         out_dtype: DType | None,
         *,
         doc: Any = None,
+        uniform: bool = False,
         strict: bool = False,
         divided: bool = True,
     ) -> tuple[Any, Any] | None:
@@ -78,7 +79,7 @@ class NumpyBackend(Backend):
         if carry is not None:
             xs += [x for x in (carry.S, carry.z) if x is not None]
         lead = a.shape[:-2]
-        d0 = None if carry is None else carry.doc
+        d0 = None if carry is None or uniform else carry.doc
         if not (
             plan.check is None
             and (c is None) == (e is None)
@@ -89,7 +90,7 @@ class NumpyBackend(Backend):
                 d0 is None
                 or (doc is not None and isinstance(d0, (np.ndarray, np.integer)) and np.ndim(d0) == 0)
             )
-            and (doc is None or (type(doc) is np.ndarray and doc.ndim == 1))
+            and (doc is None or (type(doc) is np.ndarray and (uniform or doc.ndim == 1)))
             and self.fast(*xs)
         ):
             return None
@@ -100,7 +101,7 @@ class NumpyBackend(Backend):
 
         D = np.tril(np.ones((size, size), dtype=dt), -1 if strict else 0)
         wend = wq = mask = None
-        if doc is not None:  # (0/1 weights: every product by them exact, in any order)
+        if doc is not None and not uniform:  # (0/1 weights: every product by them exact, in any order)
             ids = doc.reshape(m, size)
             D = (ids[:, :, None] == ids[:, None, :]).astype(dt) * D
             wend = (ids == ids[:, -1:]).astype(dt)[..., None]
@@ -129,8 +130,12 @@ class NumpyBackend(Backend):
             W *= mask
         F = Sc.shape[-2]
         src = np.concatenate([S0[..., None, :, :], Sc], axis=-3).reshape(*lead, m + 1, F * dv)
-        P = np.matmul(W[:-1], src).reshape(*lead, m, F, dv)
-        P_end = np.matmul(W[-1:], src).reshape(*lead, F, dv)
+        if doc is None:  # (the generic block's two products, or its one: the same bits)
+            P = np.matmul(W[:-1], src).reshape(*lead, m, F, dv)
+            P_end = np.matmul(W[-1:], src).reshape(*lead, F, dv)
+        else:
+            P_all = np.matmul(W, src).reshape(*lead, m + 1, F, dv)
+            P, P_end = P_all[..., :-1, :, :], P_all[..., -1, :, :]
         inter = np.matmul(A, P)
         if wq is not None:
             inter *= wq[..., None]
@@ -142,7 +147,7 @@ class NumpyBackend(Backend):
             if wq is not None:
                 dinter *= wq
             den += dinter
-        after = Carry(P_end, None if Pz is None else Pz[..., -1, :], None if doc is None else doc[-1])
+        after = Carry(P_end, None if Pz is None else Pz[..., -1, :], None if doc is None else doc[..., -1])
         if not divided:
             return (num.reshape(*lead, T, dv), None if den is None else den.reshape(*lead, T)), after
         if den is not None:  # (:func:`rotary._math._linear.divide`'s bits: den is this block's own)

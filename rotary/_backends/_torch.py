@@ -884,6 +884,7 @@ class TorchBackend(Backend):
         out_dtype: DType | None,
         *,
         doc: Any = None,
+        uniform: bool = False,
         strict: bool = False,
         divided: bool = True,
     ) -> tuple[Any, Any] | None:
@@ -897,7 +898,7 @@ class TorchBackend(Backend):
         if carry is not None:
             xs += [x for x in (carry.S, carry.z) if x is not None]
         lead = tuple(a.shape[:-2])
-        d0 = None if carry is None else carry.doc
+        d0 = None if carry is None or uniform else carry.doc
         if not (
             plan.check is None
             and (c is None) == (e is None)
@@ -905,7 +906,7 @@ class TorchBackend(Backend):
             and all(tuple(x.shape[:-2]) == lead for x in (b, v, c, e) if x is not None)
             and (carry is None or _carry_fits(carry._replace(doc=None), lead, e is not None))
             and (d0 is None or (doc is not None and type(d0) is torch.Tensor and d0.ndim == 0 and d0.is_cpu))
-            and (doc is None or (type(doc) is torch.Tensor and doc.ndim == 1 and doc.is_cpu))
+            and (doc is None or (type(doc) is torch.Tensor and (uniform or doc.ndim == 1) and doc.is_cpu))
             and fast(*xs, doc, d0)
         ):
             return None
@@ -916,7 +917,7 @@ class TorchBackend(Backend):
 
         D = torch.ones(size, size, dtype=dt, device=dev).tril_(-1 if strict else 0)
         wend = wq = mask = None
-        if doc is not None:  # (0/1 weights: every product by them exact, in any order)
+        if doc is not None and not uniform:  # (0/1 weights: every product by them exact, in any order)
             ids = doc.reshape(m, size)
             D = (ids[:, :, None] == ids[:, None, :]).to(dt).mul_(D)
             wend = (ids == ids[:, -1:]).to(dt)[..., None]
@@ -943,8 +944,12 @@ class TorchBackend(Backend):
             W.mul_(mask)
         F = Sc.shape[-2]
         src = torch.cat([S0.unsqueeze(-3), Sc], -3).reshape(*lead, m + 1, F * dv)
-        P = torch.matmul(W[:-1], src).reshape(*lead, m, F, dv)
-        P_end = torch.matmul(W[-1:], src).reshape(*lead, F, dv)
+        if doc is None:  # (the generic block's two products, or its one: the same bits)
+            P = torch.matmul(W[:-1], src).reshape(*lead, m, F, dv)
+            P_end = torch.matmul(W[-1:], src).reshape(*lead, F, dv)
+        else:
+            P_all = torch.matmul(W, src).reshape(*lead, m + 1, F, dv)
+            P, P_end = P_all[..., :-1, :, :], P_all[..., -1, :, :]
         inter = torch.matmul(A, P)
         num.add_(inter if wq is None else inter.mul_(wq[..., None]))  # (a + b == b + a: num + inter)
         Pz = None
@@ -952,7 +957,7 @@ class TorchBackend(Backend):
             Pz = torch.matmul(W, torch.cat([z0.unsqueeze(-2), zc], -2))
             dinter = torch.sum(Cq * Pz[..., :-1, None, :], -1)
             den.add_(dinter if wq is None else dinter.mul_(wq))
-        after = Carry(P_end, None if Pz is None else Pz[..., -1, :], None if doc is None else doc[-1])
+        after = Carry(P_end, None if Pz is None else Pz[..., -1, :], None if doc is None else doc[..., -1])
         if not divided:
             out: Any = (num.reshape(*lead, T, dv), None if den is None else den.reshape(*lead, T))
         else:

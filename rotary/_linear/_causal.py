@@ -241,12 +241,8 @@ def _causal_part(
         if doc is None:
             res = be.plain_block(padded, carry, size, m, call.plan, out_dtype, **kw)
         elif be.one_document(doc, None if carry is None else carry.doc):
-            # (a part inside one document that its carry belongs to: the plain block's bits, the
-            # documents' masks all ones)
-            base = None if carry is None else carry._replace(doc=None)
-            res = be.plain_block(padded, base, size, m, call.plan, out_dtype, **kw)
-            if res is not None:
-                res = (res[0], res[1]._replace(doc=doc[..., -1]))
+            # (a part inside one document that its carry belongs to: the documents' masks all ones)
+            res = be.plain_block(padded, carry, size, m, call.plan, out_dtype, doc=doc, uniform=True, **kw)
         else:
             res = be.plain_block(padded, carry, size, m, call.plan, out_dtype, doc=doc, **kw)
     if res is None:

@@ -416,11 +416,14 @@ def block_causal(
     src = _stack_states(S0, Sc, -3, xp)  # (..., m + 1, F, dv)
     lead = src.shape[:-3]
     flat = xp.reshape(src, (*lead, m + 1, F * dv))
-    # (the chunk starts' states and the state after the block as two products: the first a whole
-    # array, which the queries' product reads without a copy of a slice)
     lw = _lead_of(W, lead)
-    P = xp.reshape(xp.matmul(W[..., :-1, :], flat), (*lw, m, F, dv))
-    P_end = xp.reshape(xp.matmul(W[..., -1:, :], flat), (*lw, F, dv))
+    if plain:  # (the chunk starts' states and the state after the block as two products: the
+        # first a whole array, which the queries' product reads without a copy of a slice)
+        P = xp.reshape(xp.matmul(W[..., :-1, :], flat), (*lw, m, F, dv))
+        P_end = xp.reshape(xp.matmul(W[..., -1:, :], flat), (*lw, F, dv))
+    else:  # (one product: XLA runs a product of a slice of masks computed in the graph slowly)
+        P_all = xp.reshape(xp.matmul(W, flat), (*lw, m + 1, F, dv))
+        P, P_end = P_all[..., :-1, :, :], P_all[..., -1, :, :]
     Pz = None
     if zc is not None and z0 is not None:
         zsrc = _stack_states(z0, zc, -2, xp)
