@@ -151,7 +151,7 @@ def chunk_rows(quick: bool, reps: int, verbose: bool = True) -> list[dict]:
                 return chunk(q, k, v, g=lg, beta=beta, use_qk_l2norm_in_kernel=True)[0]
 
             case = f"{name} N={n}, {max(heads, 1)} head{'s' * (heads != 1)} of {D}"
-            if heads < HEADS:  # (the reference in HEADS heads would be killed for memory, and take this process)
+            if heads < HEADS:  # (the reference in HEADS heads would be killed for memory, and this process)
                 need = _reference_bytes(name, n)
                 case += (
                     f" ({ref_name} in {HEADS} heads needs {need / 2**30:.1f} GiB of this machine's "
