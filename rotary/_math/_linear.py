@@ -420,7 +420,9 @@ def block_causal(
     if plain:  # (the chunk starts' states and the state after the block as two products: the
         # first a whole array, which the queries' product reads without a copy of a slice)
         P = xp.reshape(xp.matmul(W[..., :-1, :], flat), (*lw, m, F, dv))
-        P_end = xp.reshape(xp.matmul(W[..., -1:, :], flat), (*lw, F, dv))
+        # (the size-1 axis dropped after the split: a reshape that drops it is refused on a sharded
+        # JAX array)
+        P_end = xp.reshape(xp.matmul(W[..., -1:, :], flat), (*lw, 1, F, dv))[..., 0, :, :]
     else:  # (one product: XLA runs a product of a slice of masks computed in the graph slowly)
         P_all = xp.reshape(xp.matmul(W, flat), (*lw, m + 1, F, dv))
         P, P_end = P_all[..., :-1, :, :], P_all[..., -1, :, :]
