@@ -130,12 +130,9 @@ class NumpyBackend(Backend):
             W *= mask
         F = Sc.shape[-2]
         src = np.concatenate([S0[..., None, :, :], Sc], axis=-3).reshape(*lead, m + 1, F * dv)
-        if doc is None:  # (the generic block's two products, or its one: the same bits)
-            P = np.matmul(W[:-1], src).reshape(*lead, m, F, dv)
-            P_end = np.matmul(W[-1:], src).reshape(*lead, F, dv)
-        else:
-            P_all = np.matmul(W, src).reshape(*lead, m + 1, F, dv)
-            P, P_end = P_all[..., :-1, :, :], P_all[..., -1, :, :]
+        # (the generic block's two products: its rows of W are these rows' values)
+        P = np.matmul(W[:-1], src).reshape(*lead, m, F, dv)
+        P_end = np.matmul(W[-1:], src).reshape(*lead, F, dv)
         inter = np.matmul(A, P)
         if wq is not None:
             inter *= wq[..., None]

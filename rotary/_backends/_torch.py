@@ -944,12 +944,9 @@ class TorchBackend(Backend):
             W.mul_(mask)
         F = Sc.shape[-2]
         src = torch.cat([S0.unsqueeze(-3), Sc], -3).reshape(*lead, m + 1, F * dv)
-        if doc is None:  # (the generic block's two products, or its one: the same bits)
-            P = torch.matmul(W[:-1], src).reshape(*lead, m, F, dv)
-            P_end = torch.matmul(W[-1:], src).reshape(*lead, F, dv)
-        else:
-            P_all = torch.matmul(W, src).reshape(*lead, m + 1, F, dv)
-            P, P_end = P_all[..., :-1, :, :], P_all[..., -1, :, :]
+        # (the generic block's two products: its rows of W are these rows' values)
+        P = torch.matmul(W[:-1], src).reshape(*lead, m, F, dv)
+        P_end = torch.matmul(W[-1:], src).reshape(*lead, F, dv)
         inter = torch.matmul(A, P)
         num.add_(inter if wq is None else inter.mul_(wq[..., None]))  # (a + b == b + a: num + inter)
         Pz = None

@@ -287,6 +287,11 @@ def _tri(n: int, xp: Namespace, device: Device, dtype: DType, strict: bool = Fal
     return xp.astype(i[:, None] > i[None, :] if strict else i[:, None] >= i[None, :], dtype)
 
 
+def _same(a: Array, b: Array, dtype: DType, xp: Namespace) -> Array:
+    """``(..., len(a), len(b))``: 1 where the ids ``a[..., t]`` and ``b[..., s]`` are equal, else 0."""
+    return xp.astype(a[..., :, None] == b[..., None, :], dtype)
+
+
 def _stack_states(first: Array, chunks: Array, axis: int, xp: Namespace) -> Array:
     """``first`` (the carry) in front of the ``m`` chunk states along ``axis`` (negative; the
     leading axes of both broadcast)."""
@@ -369,8 +374,7 @@ def block_causal(
         D = xp.exp(xp.minimum(diff, xp.zeros_like(diff))) * tri
         wend = xp.exp(ell[..., -1:] - ell)
     if doc is not None:
-        same = xp.astype(doc[..., :, None] == doc[..., None, :], cdt)
-        D = D * same
+        D = D * _same(doc, doc, cdt, xp)
         last = xp.astype(doc == doc[..., -1:], cdt)
         wend = last if wend is None else wend * last
     # -- intra-chunk outputs -------------------------------------------------------------------
@@ -410,20 +414,25 @@ def block_causal(
         if doc is not None:
             assert d0 is not None
             ends = _stack_states(d0, doc[..., -1], -1, xp)  # (..., m + 1): doc before chunk t
-            W = W * xp.astype(ends[..., :, None] == ends[..., None, :], cdt)
+            W = W * _same(ends, ends, cdt, xp)
             at = xp.astype(doc == ends[..., :-1, None], cdt)  # query in the doc before its chunk
             wq = at if wq is None else wq * at
     src = _stack_states(S0, Sc, -3, xp)  # (..., m + 1, F, dv)
     lead = src.shape[:-3]
     flat = xp.reshape(src, (*lead, m + 1, F * dv))
     lw = _lead_of(W, lead)
-    if plain:  # (the chunk starts' states and the state after the block as two products: the
+    if g is None:  # (the chunk starts' states and the state after the block as two products: the
         # first a whole array, which the queries' product reads without a copy of a slice)
-        P = xp.reshape(xp.matmul(W[..., :-1, :], flat), (*lw, m, F, dv))
+        W_top, W_last = W[..., :-1, :], W[..., -1:, :]
+        if doc is not None:  # (rows made apart, not slices of the masked W: XLA runs a product of a
+            # slice of masks computed in the graph slowly; the last row of the triangle is all ones)
+            W_top = _tri(m + 1, xp, device, cdt)[:-1, :] * _same(ends[..., :-1], ends, cdt, xp)
+            W_last = _same(ends[..., -1:], ends, cdt, xp)
+        P = xp.reshape(xp.matmul(W_top, flat), (*lw, m, F, dv))
         # (the size-1 axis dropped after the split: a reshape that drops it is refused on a sharded
         # JAX array)
-        P_end = xp.reshape(xp.matmul(W[..., -1:, :], flat), (*lw, 1, F, dv))[..., 0, :, :]
-    else:  # (one product: XLA runs a product of a slice of masks computed in the graph slowly)
+        P_end = xp.reshape(xp.matmul(W_last, flat), (*lw, 1, F, dv))[..., 0, :, :]
+    else:  # (one product: the decay between the chunks is computed in the graph, as above)
         P_all = xp.reshape(xp.matmul(W, flat), (*lw, m + 1, F, dv))
         P, P_end = P_all[..., :-1, :, :], P_all[..., -1, :, :]
     Pz = None
