@@ -8,10 +8,12 @@ generic array-API code computes, in the same order: bit-identical results.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .._lib._typing import Array, Layout, Namespace
+from .._math import _linear
 from .._math._angles import DIGIT_BITS, LEVELS, RADIX, magnitude
 
 __all__ = ["Ops", "exact", "rotate"]
@@ -142,3 +144,92 @@ def exact_int(mag: Array, tables: Array, levels: int, ops: Ops) -> tuple[Array, 
             if not last:
                 ac, as_, nc, ns = dc, ds, ac, as_
     return c_out, s_out
+
+
+# -- the causal block, in place --------------------------------------------------------------------
+def causal_block(
+    ch: _linear.Chunk,
+    carry: _linear.Carry | None,
+    size: int,
+    m: int,
+    plan: _linear.Plan,
+    out_dtype: Any,
+    xp: Namespace,
+    device: Any,
+    *,
+    doc: Any = None,
+    uniform: bool = False,
+    strict: bool = False,
+    divided: bool = True,
+) -> tuple[Any, _linear.Carry]:
+    """:func:`rotary._math._linear.block_causal` without decay (one product's bound; ``doc``: one
+    document id per token ``(T,)``, or ids known to be one document, the carry's, where
+    ``uniform``) with every product's result reused in place: the generic block's operations and
+    bits, fewer buffers.  NumPy arrays or torch tensors (the in-place operators are both
+    libraries'), of one dtype with equal leading axes, ``v`` contiguous, checked by the caller."""
+    a, c, b, e, v = ch
+    assert a is not None
+    lead, T, dv, dt = tuple(a.shape[:-2]), a.shape[-2], v.shape[-1], a.dtype
+
+    def split(x: Array) -> Array:
+        return x.reshape(*lead, m, size, x.shape[-1])
+
+    D = _linear._tri(size, xp, device, dt, strict)
+    wend = wq = mask = None
+    if doc is not None and not uniform:  # (0/1 weights: every product by them exact, in any order)
+        d0 = None if carry is None else carry.doc
+        ids = doc.reshape(m, size)
+        D = xp.astype(ids[:, :, None] == ids[:, None, :], dt) * D
+        wend = xp.astype(ids == ids[:, -1:], dt)[..., None]
+        ends = xp.concat([ids[0, :1] if d0 is None else d0.reshape(1), ids[:, -1]])
+        mask = xp.astype(ends[:, None] == ends[None, :], dt)
+        wq = xp.astype(ids == ends[:-1, None], dt)
+    A, B, V = split(a), split(b), split(v)
+    AB = A @ B.swapaxes(-1, -2)
+    AB *= D
+    num = AB @ V
+    den = Cq = None
+    if c is not None and e is not None:
+        Cq, E = split(c), split(e)
+        CE = Cq @ E.swapaxes(-1, -2)
+        CE *= D
+        den = CE.sum(-1)
+    Sc = (B if wend is None else B * wend).swapaxes(-1, -2) @ V
+    zc = None if e is None else (split(e) if wend is None else split(e) * wend).sum(-2)
+    if carry is None:
+        S0 = xp.zeros_like(Sc[..., 0, :, :])
+        z0 = None if zc is None else xp.zeros_like(zc[..., 0, :])
+    else:
+        S0, z0 = carry.S, carry.z
+    W = _linear._tri(m + 1, xp, device, dt)
+    if mask is not None:
+        W *= mask
+    F = Sc.shape[-2]
+    src = xp.concat([S0[..., None, :, :], Sc], axis=-3).reshape(*lead, m + 1, F * dv)
+    # (the generic block's two products: its rows of W are these rows' values)
+    P = (W[:-1] @ src).reshape(*lead, m, F, dv)
+    P_end = (W[-1:] @ src).reshape(*lead, F, dv)
+    inter = A @ P
+    if wq is not None:
+        inter *= wq[..., None]
+    num += inter  # (a + b == b + a: the generic num + inter)
+    Pz = None
+    if den is not None and zc is not None and z0 is not None and Cq is not None:
+        Pz = W @ xp.concat([z0[..., None, :], zc], axis=-2)
+        dinter = (Cq * Pz[..., :-1, None, :]).sum(-1)
+        if wq is not None:
+            dinter *= wq
+        den += dinter
+    after = _linear.Carry(
+        P_end, None if Pz is None else Pz[..., -1, :], None if doc is None else doc[..., -1]
+    )
+    if not divided:
+        return (num.reshape(*lead, T, dv), None if den is None else den.reshape(*lead, T)), after
+    if den is not None:  # (:func:`rotary._math._linear.divide`'s bits: den is this block's own)
+        if plan.eps > 0:
+            den[den < plan.eps] = plan.eps  # (maximum's values: NaN stays NaN)
+        else:
+            den[den == 0] = math.inf
+        num /= den[..., None]
+    out = num.reshape(*lead, T, dv)
+    return (out if out_dtype is None or out.dtype == out_dtype else xp.astype(out, out_dtype)), after

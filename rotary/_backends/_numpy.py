@@ -14,7 +14,7 @@ import numpy as np
 
 from .._lib._cache import fast_paths_enabled, get_or_build
 from .._lib._typing import Array, DType, Layout
-from .._math._linear import FEATURE_MAPS, Carry
+from .._math._linear import FEATURE_MAPS
 from .._math._rotation import pair_partners
 from . import _eager
 from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, _carry_fits, _check_host, sized
@@ -71,9 +71,9 @@ class NumpyBackend(Backend):
         strict: bool = False,
         divided: bool = True,
     ) -> tuple[Any, Any] | None:
-        """The generic block's operations with every product's result reused in place (as
-        torch's :meth:`~rotary._backends._torch.TorchBackend.plain_block`): plain arrays of one
-        dtype with equal leading axes, a denominator unchecked."""
+        """:func:`rotary._backends._eager.causal_block` (the generic block's operations in place)
+        on plain arrays of one dtype with equal leading axes, documents as one id per token, a
+        denominator unchecked."""
         a, c, b, e, v = ch
         xs = [x for x in (a, c, b, e, v) if x is not None]
         if carry is not None:
@@ -94,67 +94,21 @@ class NumpyBackend(Backend):
             and self.fast(*xs)
         ):
             return None
-        T, dv, dt = a.shape[-2], v.shape[-1], a.dtype
-
-        def split(x: Array) -> Array:
-            return x.reshape(*lead, m, size, x.shape[-1])
-
-        D = np.tril(np.ones((size, size), dtype=dt), -1 if strict else 0)
-        wend = wq = mask = None
-        if doc is not None and not uniform:  # (0/1 weights: every product by them exact, in any order)
-            ids = doc.reshape(m, size)
-            D = (ids[:, :, None] == ids[:, None, :]).astype(dt) * D
-            wend = (ids == ids[:, -1:]).astype(dt)[..., None]
-            ends = np.concatenate([ids[0, :1] if d0 is None else np.reshape(d0, (1,)), ids[:, -1]])
-            mask = (ends[:, None] == ends[None, :]).astype(dt)
-            wq = (ids == ends[:-1, None]).astype(dt)
-        A, B, V = split(a), split(b), split(np.ascontiguousarray(v))  # (v: one copy, not one per product)
-        AB = np.matmul(A, B.swapaxes(-1, -2))
-        AB *= D
-        num = np.matmul(AB, V)
-        den = Cq = None
-        if c is not None:
-            Cq, E = split(c), split(e)
-            CE = np.matmul(Cq, E.swapaxes(-1, -2))
-            CE *= D
-            den = CE.sum(axis=-1)
-        Sc = np.matmul((B if wend is None else B * wend).swapaxes(-1, -2), V)
-        zc = None if e is None else (split(e) if wend is None else split(e) * wend).sum(axis=-2)
-        if carry is None:
-            S0 = np.zeros_like(Sc[..., 0, :, :])
-            z0 = None if zc is None else np.zeros_like(zc[..., 0, :])
-        else:
-            S0, z0 = carry.S, carry.z
-        W = np.tril(np.ones((m + 1, m + 1), dtype=dt))
-        if mask is not None:
-            W *= mask
-        F = Sc.shape[-2]
-        src = np.concatenate([S0[..., None, :, :], Sc], axis=-3).reshape(*lead, m + 1, F * dv)
-        # (the generic block's two products: its rows of W are these rows' values)
-        P = np.matmul(W[:-1], src).reshape(*lead, m, F, dv)
-        P_end = np.matmul(W[-1:], src).reshape(*lead, F, dv)
-        inter = np.matmul(A, P)
-        if wq is not None:
-            inter *= wq[..., None]
-        num += inter  # (a + b == b + a: the generic num + inter)
-        Pz = None
-        if den is not None and zc is not None and z0 is not None and Cq is not None:
-            Pz = np.matmul(W, np.concatenate([z0[..., None, :], zc], axis=-2))
-            dinter = (Cq * Pz[..., :-1, None, :]).sum(axis=-1)
-            if wq is not None:
-                dinter *= wq
-            den += dinter
-        after = Carry(P_end, None if Pz is None else Pz[..., -1, :], None if doc is None else doc[..., -1])
-        if not divided:
-            return (num.reshape(*lead, T, dv), None if den is None else den.reshape(*lead, T)), after
-        if den is not None:  # (:func:`rotary._math._linear.divide`'s bits: den is this block's own)
-            if plan.eps > 0:
-                np.maximum(den, dt.type(plan.eps), out=den)
-            else:
-                den[den == 0] = np.inf
-            num /= den[..., None]
-        out = num.reshape(*lead, T, dv)
-        return (out if out_dtype is None or out.dtype == out_dtype else out.astype(out_dtype)), after
+        # (v contiguous: one copy, not one per product)
+        return _eager.causal_block(
+            ch._replace(v=np.ascontiguousarray(v)),
+            carry,
+            size,
+            m,
+            plan,
+            out_dtype,
+            self.xp,
+            self.creation_device(a),
+            doc=doc,
+            uniform=uniform,
+            strict=strict,
+            divided=divided,
+        )
 
     def one_document(self, doc: Array, carried: Array | None) -> bool:
         if not (self.fast(doc) and (carried is None or isinstance(carried, (np.ndarray, np.integer)))):

@@ -42,7 +42,7 @@ from .._lib import _validation as v
 from .._lib._cache import fast_paths_enabled, get_or_build, register_library
 from .._lib._process import after_fork_in_child, load
 from .._lib._typing import Array, Device, DType, Layout, Namespace
-from .._math._linear import FEATURE_MAPS, Carry
+from .._math._linear import FEATURE_MAPS
 from .._math._rotation import pair_partners
 from . import _eager
 from ._generic import POSITION_TABLE_MAX, Backend, ConstantBuilder, Jagged, _carry_fits, sized
@@ -888,11 +888,9 @@ class TorchBackend(Backend):
         strict: bool = False,
         divided: bool = True,
     ) -> tuple[Any, Any] | None:
-        """The generic block's operations (:func:`rotary._math._linear.block_causal` without
-        decay, one product for the chunk starts; documents given as one id per token ``(T,)``)
-        with every product's result reused in place: the same bits, fewer buffers.  Plain CPU
-        tensors of one dtype whose leading axes are equal (no grouped-query broadcast) and a
-        denominator unchecked."""
+        """:func:`rotary._backends._eager.causal_block` (the generic block's operations in place)
+        on plain CPU tensors of one dtype whose leading axes are equal (no grouped-query
+        broadcast), documents as one id per token, a denominator unchecked."""
         a, c, b, e, v = ch
         xs = [x for x in (a, c, b, e, v) if x is not None]
         if carry is not None:
@@ -910,61 +908,21 @@ class TorchBackend(Backend):
             and fast(*xs, doc, d0)
         ):
             return None
-        T, dv, dev, dt = a.shape[-2], v.shape[-1], a.device, a.dtype
-
-        def split(x: Array) -> Array:
-            return x.reshape(*lead, m, size, x.shape[-1])
-
-        D = torch.ones(size, size, dtype=dt, device=dev).tril_(-1 if strict else 0)
-        wend = wq = mask = None
-        if doc is not None and not uniform:  # (0/1 weights: every product by them exact, in any order)
-            ids = doc.reshape(m, size)
-            D = (ids[:, :, None] == ids[:, None, :]).to(dt).mul_(D)
-            wend = (ids == ids[:, -1:]).to(dt)[..., None]
-            ends = torch.cat([(ids[0, :1] if d0 is None else d0.reshape(1)), ids[:, -1]])
-            mask = (ends[:, None] == ends[None, :]).to(dt)
-            wq = (ids == ends[:-1, None]).to(dt)
-        A, B, V = split(a), split(b), split(v.contiguous())  # (v: one copy, not one per product)
-        num = torch.matmul(torch.matmul(A, B.mT).mul_(D), V)
-        den = Cq = None
-        if c is not None:
-            Cq, E = split(c), split(e)
-            den = torch.sum(torch.matmul(Cq, E.mT).mul_(D), -1)
-        Sc = torch.matmul((B if wend is None else B * wend).mT, V)
-        zc = None if e is None else torch.sum(split(e) if wend is None else split(e) * wend, -2)
-        if carry is None:
-            S0, z0 = (
-                torch.zeros_like(Sc[..., 0, :, :]),
-                None if zc is None else torch.zeros_like(zc[..., 0, :]),
-            )
-        else:
-            S0, z0 = carry.S, carry.z
-        W = torch.ones(m + 1, m + 1, dtype=dt, device=dev).tril_()
-        if mask is not None:
-            W.mul_(mask)
-        F = Sc.shape[-2]
-        src = torch.cat([S0.unsqueeze(-3), Sc], -3).reshape(*lead, m + 1, F * dv)
-        # (the generic block's two products: its rows of W are these rows' values)
-        P = torch.matmul(W[:-1], src).reshape(*lead, m, F, dv)
-        P_end = torch.matmul(W[-1:], src).reshape(*lead, F, dv)
-        inter = torch.matmul(A, P)
-        num.add_(inter if wq is None else inter.mul_(wq[..., None]))  # (a + b == b + a: num + inter)
-        Pz = None
-        if den is not None and zc is not None and z0 is not None and Cq is not None:
-            Pz = torch.matmul(W, torch.cat([z0.unsqueeze(-2), zc], -2))
-            dinter = torch.sum(Cq * Pz[..., :-1, None, :], -1)
-            den.add_(dinter if wq is None else dinter.mul_(wq))
-        after = Carry(P_end, None if Pz is None else Pz[..., -1, :], None if doc is None else doc[..., -1])
-        if not divided:
-            out: Any = (num.reshape(*lead, T, dv), None if den is None else den.reshape(*lead, T))
-        else:
-            if den is not None:  # (:func:`rotary._math._linear.divide`'s bits: den is this block's own)
-                den = den.clamp_min_(plan.eps) if plan.eps > 0 else den.masked_fill_(den == 0, math.inf)
-                num.div_(den[..., None])
-            out = num.reshape(*lead, T, dv)
-            if out_dtype is not None and out.dtype != out_dtype:
-                out = out.to(out_dtype)
-        return out, after
+        # (v contiguous: one copy, not one per product)
+        return _eager.causal_block(
+            ch._replace(v=v.contiguous()),
+            carry,
+            size,
+            m,
+            plan,
+            out_dtype,
+            self.xp,
+            a.device,
+            doc=doc,
+            uniform=uniform,
+            strict=strict,
+            divided=divided,
+        )
 
     def one_document(self, doc: Array, carried: Array | None) -> bool:
         if not (
