@@ -109,7 +109,7 @@ class DaskBackend(Backend):
     # -- linear attention --------------------------------------------------------------------
     def scan(
         self,
-        body: Callable[[Any, _linear.Source], tuple[Any, Array | None]],
+        body: Callable[..., tuple[Any, Array | None]],
         carry: Any,
         src: _linear.Source,
         *,
@@ -117,6 +117,7 @@ class DaskBackend(Backend):
         block: int,
         additive: bool = False,
         sequential: bool = False,
+        into: bool = False,
     ) -> tuple[Any, Array | None]:
         """A scan over the blocks of the sequence (those of the first array of ``src`` that runs
         along it; the others are cut like it): every block a part, so no task holds more than
@@ -124,7 +125,7 @@ class DaskBackend(Backend):
         own, as without decay): every block's own carry at once, then their exclusive prefix sum
         (``dask.array.cumsum``, :meth:`scan_method`), then every block's outputs from its prefix;
         else a chain of blocks (each carry needs the one before: small tasks, the outputs still
-        run in parallel)."""
+        run in parallel).  ``into``: unused (nothing is written in place)."""
         ref = next((i for i in range(len(src.arrays)) if src.sliced(i, n)), None)
         if ref is None:  # one token: one part
             return body(carry, src)

@@ -41,6 +41,9 @@ Range = tuple[int, int]
 
 #: Builds a device constant: ``build(config, kind, xp, device, dtype) -> array``.
 ConstantBuilder = Callable[[Any, str, Namespace, Device, DType], Array]
+#: :meth:`Backend.scan`'s ``place(shape, dtype, device)`` (``into``): a part's slice of the
+#: output, or ``None``.
+Into = Callable[[tuple[Any, ...], DType, Device], Array | None]
 
 #: Concrete non-negative integer positions below this are looked up in a per-position table
 #: (built once with the exact method, so the same bits); it grows by powers of two from 4096.
@@ -573,11 +576,21 @@ class Backend:
         uniform: bool = False,
         strict: bool = False,
         divided: bool = True,
+        place: Into | None = None,
     ) -> tuple[Any, _linear.Carry] | None:
         """:func:`rotary._math._linear.block_causal` of ``m`` whole chunks of ``size`` without decay
         (``m`` a plain int up to its one-product bound; ``doc``: the documents' ids per token, or
         ``None``; ``uniform``: they are one document, the carry's, :meth:`one_document`), where a
-        library has a fast path with the same bits; ``None``: the generic code."""
+        library has a fast path with the same bits; ``None``: the generic code.  ``place``: where
+        the output may be written (:meth:`scan`'s ``into``)."""
+        return None
+
+    def plain_attend(
+        self, a: Array, c: Array | None, st: _linear.State, plan: _linear.Plan, out_dtype: DType, place: Into
+    ) -> Array | None:
+        """:func:`rotary._math._linear.attend` (non-causal queries against a whole state) written
+        into ``place``'s slice of the output (:meth:`scan`'s ``into``) where a library has a fast
+        path with the same bits; ``None``: the generic code."""
         return None
 
     def one_document(self, doc: Array, carried: Array | None) -> bool:
@@ -614,7 +627,7 @@ class Backend:
 
     def scan(
         self,
-        body: Callable[[Any, _linear.Source], tuple[Any, Array | None]],
+        body: Callable[..., tuple[Any, Array | None]],
         carry: Any,
         src: _linear.Source,
         *,
@@ -622,6 +635,7 @@ class Backend:
         block: int,
         additive: bool = False,
         sequential: bool = False,
+        into: bool = False,
     ) -> tuple[Any, Array | None]:
         """Stream the sequence of ``src`` (``n`` tokens) through ``body(carry, part) -> (carry,
         out)`` in parts of ``block`` tokens, in order: the working memory is one part's, whatever
@@ -631,26 +645,72 @@ class Backend:
         ``additive``: the carry after a part is the carry before it plus the part's own (no
         decay), which a backend may use to run the parts in parallel (Dask); ``sequential``: the
         body loops over its part's chunks, so it gets parts even where the library could take the
-        whole sequence at once (a trace then specialises on the length)."""
+        whole sequence at once (a trace then specialises on the length).  ``into``: the body
+        takes a third argument, ``place(shape, dtype, device)``, which gives the part's slice of
+        the one output to write its result into (it then returns that slice), or ``None``."""
         if n is None or (self._loop_free(n) and not sequential) or n <= block:
             return body(carry, src)
         xp = self.xp
-        outs: list[Array] = []
-        out = None
+        writes = self.writable and self.values_readable
+        outs: list[Array] = []  # (outputs joined at the end, where none is written in place)
+        out: Array | None = None  # (the one output, written part by part)
+
+        def fits(shape: tuple[Any, ...], dtype: DType) -> bool:
+            return (
+                out is not None
+                and out.dtype == dtype
+                and tuple(out.shape[:-2]) == tuple(shape[:-2])
+                and (out.shape[-1] == shape[-1])
+            )
+
         for start in range(0, n, block):
             stop = min(start + block, n)
-            carry, o = body(carry, src.take(start, stop, n))
-            if o is None:
+            given: list[Array] = []
+            if into:
+
+                def place(
+                    shape: tuple[Any, ...],
+                    dtype: DType,
+                    device: Device,
+                    start: int = start,
+                    stop: int = stop,
+                    given: list[Array] = given,
+                ) -> Array | None:  # (an Into)
+                    nonlocal out
+                    if not writes or outs or shape[-2] != stop - start:
+                        return None
+                    if out is None:
+                        out = xp.empty((*shape[:-2], n, shape[-1]), dtype=dtype, device=device)
+                    if not fits(shape, dtype):
+                        return None
+                    given.append(out[..., start:stop, :])
+                    return given[-1]
+
+                carry, o = body(carry, src.take(start, stop, n), place)
+            else:
+                carry, o = body(carry, src.take(start, stop, n))
+            if o is None or (given and o is given[-1]):
                 continue
             # (written into one output only where a fast path may run, a batched or dual array
             # cannot be written into a plain array, and for an eager writeable library: a graph
             # library such as cubed takes no item assignment, whatever a probe says)
-            if outs or not (self.writable and self.values_readable and is_writeable(o) and self.fast(o)):
-                outs.append(o)
+            if (
+                not outs
+                and writes
+                and is_writeable(o)
+                and self.fast(o)
+                and (out is None or fits(o.shape, o.dtype))
+            ):
+                if out is None:
+                    out = xp.empty(
+                        (*o.shape[:-2], n, o.shape[-1]), dtype=o.dtype, device=self.creation_device(o)
+                    )
+                out[..., start:stop, :] = o
                 continue
-            if out is None:
-                out = xp.empty((*o.shape[:-2], n, o.shape[-1]), dtype=o.dtype, device=self.creation_device(o))
-            out[..., start:stop, :] = o
+            if out is not None:  # (the parts written so far, then the rest joined)
+                outs.append(out[..., :start, :])
+                out = None
+            outs.append(o)
         if outs:
             return carry, outs[0] if len(outs) == 1 else xp.concat(outs, axis=-2)
         return carry, out

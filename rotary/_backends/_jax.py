@@ -149,7 +149,7 @@ class JaxBackend(Backend):
 
     def scan(
         self,
-        body: Callable[[Any, _linear.Source], tuple[Any, Array | None]],
+        body: Callable[..., tuple[Any, Array | None]],
         carry: Any,
         src: _linear.Source,
         *,
@@ -157,12 +157,13 @@ class JaxBackend(Backend):
         block: int,
         additive: bool = False,
         sequential: bool = False,
+        into: bool = False,
     ) -> tuple[Any, Array | None]:
         """``lax.scan`` over the whole parts: one traced body, working memory of one part.
 
         The first part runs before the scan, so the carried state takes its sharding from the
         data (a replicated initial state would not match a sharded one under ``jit``); a last,
-        shorter part runs after it.
+        shorter part runs after it.  ``into``: unused (nothing is written in place).
         """
         if self._loop_free(n) or n <= 2 * block:
             return super().scan(body, carry, src, n=n, block=block, additive=additive, sequential=sequential)

@@ -34,7 +34,16 @@ def _ops(dtype: DType) -> _eager.Ops:
         add=np.add,
         take_into=take_into,
         broadcast_to=np.broadcast_to,
+        matmul=np.matmul,
+        split_rows=_split_rows,
     )
+
+
+def _split_rows(x: np.ndarray, m: int, size: int) -> np.ndarray:
+    """``x`` ``(..., m * size, F)`` as ``(..., m, size, F)``: a view by strides (``reshape`` may copy)."""
+    *lead, _, f = x.shape
+    *ls, rs, fs = x.strides
+    return np.lib.stride_tricks.as_strided(x, (*lead, m, size, f), (*ls, size * rs, rs, fs))
 
 
 def _plain(*arrays: Any) -> bool:
@@ -70,6 +79,7 @@ class NumpyBackend(Backend):
         uniform: bool = False,
         strict: bool = False,
         divided: bool = True,
+        place: Any = None,
     ) -> tuple[Any, Any] | None:
         """:func:`rotary._backends._eager.causal_block` (the generic block's operations in place)
         on plain arrays of one dtype with equal leading axes, documents as one id per token, a
@@ -94,6 +104,12 @@ class NumpyBackend(Backend):
             and self.fast(*xs)
         ):
             return None
+        T, dv = a.shape[-2], v.shape[-1]
+        dest = (
+            None
+            if place is None or not divided or out_dtype != a.dtype
+            else place((*lead, T, dv), a.dtype, self.creation_device(a))
+        )
         # (v contiguous: one copy, not one per product)
         return _eager.causal_block(
             ch._replace(v=np.ascontiguousarray(v)),
@@ -108,7 +124,28 @@ class NumpyBackend(Backend):
             uniform=uniform,
             strict=strict,
             divided=divided,
+            dest=dest,
+            ops=None if dest is None else _ops(a.dtype),
         )
+
+    def plain_attend(
+        self, a: Array, c: Array | None, st: Any, plan: Any, out_dtype: DType, place: Any
+    ) -> Array | None:
+        """:func:`rotary._backends._eager.attend` on plain arrays of one dtype, the state's
+        leading axes the queries' (no grouped-query broadcast), a denominator unchecked."""
+        S, z = st
+        xs = [x for x in (a, c, S, z) if x is not None]
+        if not (
+            plan.check is None
+            and (c is None) == (z is None)
+            and a.dtype == out_dtype
+            and all(x.dtype == a.dtype for x in xs)
+            and S.shape[:-2] == a.shape[:-2]
+            and self.fast(*xs)
+        ):
+            return None
+        dest = place((*a.shape[:-1], S.shape[-1]), a.dtype, self.creation_device(a))
+        return None if dest is None else _eager.attend(a, c, st, plan, dest, _ops(a.dtype))
 
     def one_document(self, doc: Array, carried: Array | None) -> bool:
         if not (self.fast(doc) and (carried is None or isinstance(carried, (np.ndarray, np.integer)))):
@@ -309,17 +346,27 @@ class NumpyBackend(Backend):
                 R = rows(p)
             # c = max(q, 0) + exp(min(q, 0) - shift), e = max(k, 0) + exp(min(k, 0)) (a + b == b + a)
             shift = np.minimum(q.max(axis=-1, keepdims=True), zero)
-            c = np.minimum(q, zero)
-            c -= shift
-            np.exp(c, out=c)
-            c += np.maximum(q, zero)
-            e = np.exp(np.minimum(k, zero))
-            e += np.maximum(k, zero)
-            a, b = c, e
-            if R is not None:
-                h, (C, Sn) = q.shape[-1] // 2, R
-                a, b = _rotate_row_half(c, C, Sn, h), _rotate_row_half(e, C, Sn, h)
-            c, e = c[..., 0, :], e[..., 0, :]
+            h = q.shape[-1] // 2
+            if q.shape == k.shape:  # (one pass over both)
+                f = np.stack((q, k))
+                x = np.maximum(f, zero)
+                np.minimum(f, zero, out=f)
+                f[0] -= shift
+                np.exp(f, out=f)
+                f += x
+                r = f if R is None else _rotate_row_half(f, R[0], R[1], h)
+                a, b, c, e = r[0], r[1], f[0, ..., 0, :], f[1, ..., 0, :]
+            else:
+                c = np.minimum(q, zero)
+                c -= shift
+                np.exp(c, out=c)
+                c += np.maximum(q, zero)
+                e = np.exp(np.minimum(k, zero))
+                e += np.maximum(k, zero)
+                a, b = c, e
+                if R is not None:
+                    a, b = _rotate_row_half(c, R[0], R[1], h), _rotate_row_half(e, R[0], R[1], h)
+                c, e = c[..., 0, :], e[..., 0, :]
             S2 = np.swapaxes(b, -1, -2) * v
             S2 += S
             z2 = np.add(z, e)

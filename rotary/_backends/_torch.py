@@ -291,6 +291,10 @@ def _ops(dtype: Any, device: Any) -> _eager.Ops:
         add=torch.add,
         take_into=take_into,
         broadcast_to=torch.broadcast_to,
+        matmul=torch.matmul,
+        split_rows=lambda x, m, size: x.view(
+            *x.shape[:-2], m, size, x.shape[-1]
+        ),  # (raises rather than copy)
     )
 
 
@@ -887,6 +891,7 @@ class TorchBackend(Backend):
         uniform: bool = False,
         strict: bool = False,
         divided: bool = True,
+        place: Any = None,
     ) -> tuple[Any, Any] | None:
         """:func:`rotary._backends._eager.causal_block` (the generic block's operations in place)
         on plain CPU tensors of one dtype whose leading axes are equal (no grouped-query
@@ -908,7 +913,8 @@ class TorchBackend(Backend):
             and fast(*xs, doc, d0)
         ):
             return None
-        # (v contiguous: one copy, not one per product)
+        # (v contiguous: one copy, not one per product; ``place`` unused: torch's matmul writes
+        # the chunks of a slice of the output through a temporary, so it gains nothing, measured)
         return _eager.causal_block(
             ch._replace(v=v.contiguous()),
             carry,
@@ -923,6 +929,25 @@ class TorchBackend(Backend):
             strict=strict,
             divided=divided,
         )
+
+    def plain_attend(
+        self, a: Array, c: Array | None, st: Any, plan: Any, out_dtype: DType, place: Any
+    ) -> Array | None:
+        """:func:`rotary._backends._eager.attend` on plain CPU tensors of one dtype, the state's
+        leading axes the queries' (no grouped-query broadcast), a denominator unchecked."""
+        S, z = st
+        xs = [x for x in (a, c, S, z) if x is not None]
+        if not (
+            plan.check is None
+            and (c is None) == (z is None)
+            and a.dtype == out_dtype
+            and all(x.dtype == a.dtype and x.is_cpu for x in xs)
+            and tuple(S.shape[:-2]) == tuple(a.shape[:-2])
+            and fast(*xs)
+        ):
+            return None
+        dest = place((*a.shape[:-1], S.shape[-1]), a.dtype, a.device)
+        return None if dest is None else _eager.attend(a, c, st, plan, dest, _ops(a.dtype, a.device))
 
     def one_document(self, doc: Array, carried: Array | None) -> bool:
         if not (

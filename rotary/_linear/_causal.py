@@ -82,15 +82,19 @@ def _attend(
         return xp.zeros((*lead, 0, v.shape[-1]), dtype=out_dtype, device=dev), carry
     qsrc = _linear.Source((q, p), (-2, axis))
 
-    def emit(c: Any, s: _linear.Source) -> tuple[Any, Array]:
+    def emit(c: Any, s: _linear.Source, place: Any = None) -> tuple[Any, Array]:
         qb, pb = s.arrays
         a, cq = parts.queries(qb, pb)
         if groups > 1:
             a, cq = split_heads(a, groups, xp), None if cq is None else split_heads(cq, groups, xp)
+        elif place is not None:  # (written where the output goes, where a library can)
+            o = be.plain_attend(a, cq, st, plan, out_dtype, place)
+            if o is not None:
+                return c, o
         o = _linear.attend(a, cq, st, plan, xp)
         return c, (o if o.dtype == out_dtype else xp.astype(o, out_dtype))
 
-    _, out = be.scan(emit, None, qsrc, n=n, block=part)
+    _, out = be.scan(emit, None, qsrc, n=n, block=part, into=True)
     assert out is not None
     if groups > 1:
         out = merge_heads(out, q.shape[-3], groups, xp)
@@ -126,7 +130,7 @@ def _forward(
     src = _linear.Source((q, k, v, p, mask, g, runs, G), (-2, -2, -2, axis, -1, -1, -1, -1))
     split = divided and not per_doc  # (the extra term is added before the division)
 
-    def body(carry: Any, s: _linear.Source) -> tuple[Any, Array]:
+    def body(carry: Any, s: _linear.Source, place: Any = None) -> tuple[Any, Array]:
         qb, kb, vb, pb, mb, gb, rb, Gb = s.arrays
         a, c, b, e, vc = parts.both(qb, kb, vb, pb, mb)
         t = b.shape[-2]
@@ -134,7 +138,17 @@ def _forward(
             _linear.Chunk(a, c, b, e, vc), _linear.Marks(_tokens(gb, t, xp), None if rb is None else rb)
         )
         if split:
-            return _causal_part(call, ch, marks, carry, be, dev, q.dtype, strict=strict)
+            return _causal_part(
+                call,
+                ch,
+                marks,
+                carry,
+                be,
+                dev,
+                q.dtype,
+                place=place if call.groups == 1 else None,
+                strict=strict,
+            )
         carry, (num, den) = _causal_part(call, ch, marks, carry, be, dev, None, strict=strict, divided=False)
         if per_doc:
             assert docs is not None and rb is not None
@@ -145,7 +159,7 @@ def _forward(
             return carry, _linear.divide(num, den, call.plan, xp)
         return carry, num if den is None else xp.concat([num, den[..., None]], axis=-1)
 
-    carry, out = be.scan(body, init, src, n=n, block=part, additive=g is None and docs is None)
+    carry, out = be.scan(body, init, src, n=n, block=part, additive=g is None and docs is None, into=split)
     assert out is not None
     if divided or not call.plan.normalize:
         return out, carry, None
@@ -205,10 +219,12 @@ def _causal_part(
     be: Backend,
     dev: Device,
     out_dtype: DType,
+    place: Any = None,
     **kw: Any,
 ) -> tuple[_linear.Carry, Any]:
     """One part of causal attention: padded to whole chunks, then all its chunks at once (a
-    backend's :meth:`~rotary._backends.Backend.plain_block` where it has one)."""
+    backend's :meth:`~rotary._backends.Backend.plain_block` where it has one; ``place``: where
+    its output may be written, :meth:`~rotary._backends.Backend.scan`'s ``into``)."""
     xp = be.xp
     t = ch.b.shape[-2]
     known = call.sized and isinstance(t, int)  # (else symbolic: torch.compile, jax.export, ndonnx)
@@ -238,13 +254,17 @@ def _causal_part(
     res = None
     if known and pmarks.g is None and isinstance(m, int) and m <= _linear.SMALL:
         doc = pmarks.doc
+        if real != padded.b.shape[-2]:  # (a padded part's output is a slice of the block's)
+            place = None
         if doc is None:
-            res = be.plain_block(padded, carry, size, m, call.plan, out_dtype, **kw)
+            res = be.plain_block(padded, carry, size, m, call.plan, out_dtype, place=place, **kw)
         elif be.one_document(doc, None if carry is None else carry.doc):
             # (a part inside one document that its carry belongs to: the documents' masks all ones)
-            res = be.plain_block(padded, carry, size, m, call.plan, out_dtype, doc=doc, uniform=True, **kw)
+            res = be.plain_block(
+                padded, carry, size, m, call.plan, out_dtype, doc=doc, uniform=True, place=place, **kw
+            )
         else:
-            res = be.plain_block(padded, carry, size, m, call.plan, out_dtype, doc=doc, **kw)
+            res = be.plain_block(padded, carry, size, m, call.plan, out_dtype, doc=doc, place=place, **kw)
     if res is None:
         res = _linear.block_causal(
             padded,
