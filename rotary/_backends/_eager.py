@@ -33,9 +33,6 @@ class Ops(NamedTuple):
     take_into: Callable[[Array, Array, Array], None]  # out[:] = table[idx] (rows)
     broadcast_to: Callable[[Array, tuple[int, ...]], Array]
     matmul: Callable[..., Array]  # matmul(x, y, out=o)
-    split_rows: Callable[
-        [Array, int, int], Array
-    ]  # (..., m * size, F) as (..., m, size, F): a view, never a copy
 
 
 # -- the rotation ------------------------------------------------------------------------------
@@ -165,16 +162,12 @@ def causal_block(
     uniform: bool = False,
     strict: bool = False,
     divided: bool = True,
-    dest: Array | None = None,
-    ops: Ops | None = None,
 ) -> tuple[Any, _linear.Carry]:
     """:func:`rotary._math._linear.block_causal` without decay (one product's bound; ``doc``: one
     document id per token ``(T,)``, or ids known to be one document, the carry's, where
     ``uniform``) with every product's result reused in place: the generic block's operations and
     bits, fewer buffers.  NumPy arrays or torch tensors (the in-place operators are both
-    libraries'), of one dtype with equal leading axes, ``v`` contiguous, checked by the caller.
-    ``dest``: the output's place ``(..., T, d_v)`` (a slice of the call's output, written with
-    ``ops``' ``matmul``; ``divided`` only), returned."""
+    libraries'), of one dtype with equal leading axes, ``v`` contiguous, checked by the caller."""
     a, c, b, e, v = ch
     assert a is not None
     lead, T, dv, dt = tuple(a.shape[:-2]), a.shape[-2], v.shape[-1], a.dtype
@@ -195,12 +188,7 @@ def causal_block(
     A, B, V = split(a), split(b), split(v)
     AB = A @ B.swapaxes(-1, -2)
     AB *= D
-    if dest is not None:  # (the numerator's product written where the output goes)
-        assert ops is not None and divided
-        num = ops.split_rows(dest, m, size)
-        ops.matmul(AB, V, out=num)
-    else:
-        num = AB @ V
+    num = AB @ V
     den = Cq = None
     if c is not None and e is not None:
         Cq, E = split(c), split(e)
@@ -240,8 +228,6 @@ def causal_block(
         return (num.reshape(*lead, T, dv), None if den is None else den.reshape(*lead, T)), after
     if den is not None:
         num /= _safe(den, plan)[..., None]
-    if dest is not None:
-        return dest, after
     out = num.reshape(*lead, T, dv)
     return (out if out_dtype is None or out.dtype == out_dtype else xp.astype(out, out_dtype)), after
 
@@ -257,8 +243,7 @@ def _safe(den: Array, plan: _linear.Plan) -> Array:
 
 def attend(a: Array, c: Array | None, st: _linear.State, plan: _linear.Plan, dest: Array, ops: Ops) -> Array:
     """:func:`rotary._math._linear.attend` written into ``dest`` (the product there, divided in
-    place): its operations and bits.  NumPy arrays or torch tensors of one dtype, checked by the
-    caller."""
+    place): its operations and bits.  Tensors of one dtype, checked by the caller."""
     ops.matmul(a, st.S, out=dest)
     if c is None or st.z is None:
         return dest

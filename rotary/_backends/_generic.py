@@ -576,13 +576,11 @@ class Backend:
         uniform: bool = False,
         strict: bool = False,
         divided: bool = True,
-        place: Into | None = None,
     ) -> tuple[Any, _linear.Carry] | None:
         """:func:`rotary._math._linear.block_causal` of ``m`` whole chunks of ``size`` without decay
         (``m`` a plain int up to its one-product bound; ``doc``: the documents' ids per token, or
         ``None``; ``uniform``: they are one document, the carry's, :meth:`one_document`), where a
-        library has a fast path with the same bits; ``None``: the generic code.  ``place``: where
-        the output may be written (:meth:`scan`'s ``into``)."""
+        library has a fast path with the same bits; ``None``: the generic code."""
         return None
 
     def plain_attend(

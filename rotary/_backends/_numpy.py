@@ -35,15 +35,7 @@ def _ops(dtype: DType) -> _eager.Ops:
         take_into=take_into,
         broadcast_to=np.broadcast_to,
         matmul=np.matmul,
-        split_rows=_split_rows,
     )
-
-
-def _split_rows(x: np.ndarray, m: int, size: int) -> np.ndarray:
-    """``x`` ``(..., m * size, F)`` as ``(..., m, size, F)``: a view by strides (``reshape`` may copy)."""
-    *lead, _, f = x.shape
-    *ls, rs, fs = x.strides
-    return np.lib.stride_tricks.as_strided(x, (*lead, m, size, f), (*ls, size * rs, rs, fs))
 
 
 def _plain(*arrays: Any) -> bool:
@@ -79,7 +71,6 @@ class NumpyBackend(Backend):
         uniform: bool = False,
         strict: bool = False,
         divided: bool = True,
-        place: Any = None,
     ) -> tuple[Any, Any] | None:
         """:func:`rotary._backends._eager.causal_block` (the generic block's operations in place)
         on plain arrays of one dtype with equal leading axes, documents as one id per token, a
@@ -104,12 +95,6 @@ class NumpyBackend(Backend):
             and self.fast(*xs)
         ):
             return None
-        T, dv = a.shape[-2], v.shape[-1]
-        dest = (
-            None
-            if place is None or not divided or out_dtype != a.dtype
-            else place((*lead, T, dv), a.dtype, self.creation_device(a))
-        )
         # (v contiguous: one copy, not one per product)
         return _eager.causal_block(
             ch._replace(v=np.ascontiguousarray(v)),
@@ -124,28 +109,7 @@ class NumpyBackend(Backend):
             uniform=uniform,
             strict=strict,
             divided=divided,
-            dest=dest,
-            ops=None if dest is None else _ops(a.dtype),
         )
-
-    def plain_attend(
-        self, a: Array, c: Array | None, st: Any, plan: Any, out_dtype: DType, place: Any
-    ) -> Array | None:
-        """:func:`rotary._backends._eager.attend` on plain arrays of one dtype, the state's
-        leading axes the queries' (no grouped-query broadcast), a denominator unchecked."""
-        S, z = st
-        xs = [x for x in (a, c, S, z) if x is not None]
-        if not (
-            plan.check is None
-            and (c is None) == (z is None)
-            and a.dtype == out_dtype
-            and all(x.dtype == a.dtype for x in xs)
-            and S.shape[:-2] == a.shape[:-2]
-            and self.fast(*xs)
-        ):
-            return None
-        dest = place((*a.shape[:-1], S.shape[-1]), a.dtype, self.creation_device(a))
-        return None if dest is None else _eager.attend(a, c, st, plan, dest, _ops(a.dtype))
 
     def one_document(self, doc: Array, carried: Array | None) -> bool:
         if not (self.fast(doc) and (carried is None or isinstance(carried, (np.ndarray, np.integer)))):
