@@ -120,6 +120,17 @@ def test_matches_naive_formula(backend, rng, causal, chunk_size):
     assert_close(out, ref, dtype="float32", scale=scale, ulps=16)
 
 
+def test_non_causal_streams_long_sequences_in_parts(backend, rng):
+    """Non-causal attention over more tokens than one part (an eager loop takes whole parts of 512
+    up to 2 MiB of feature rows: 32 heads of 32 features make 512; here two parts, the second
+    short, the output written part by part) is the formula's."""
+    (q, k, v), (qn, kn, vn) = _inputs(backend, rng, shape=(4, 8, 600, 32), dv=8)
+    pos = np.arange(600) * 3
+    out = rotary.linear_attention(q, k, v, backend.asarray(pos, _int(backend)))
+    ref, scale = naive(qn, kn, vn, pos, rot=_rot64)
+    assert_close(out, ref, dtype="float32", scale=scale, ulps=16)
+
+
 @pytest.mark.parametrize(
     ("feature_map", "similarity", "layout"),
     [
