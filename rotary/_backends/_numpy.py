@@ -310,27 +310,17 @@ class NumpyBackend(Backend):
                 R = rows(p)
             # c = max(q, 0) + exp(min(q, 0) - shift), e = max(k, 0) + exp(min(k, 0)) (a + b == b + a)
             shift = np.minimum(q.max(axis=-1, keepdims=True), zero)
-            h = q.shape[-1] // 2
-            if q.shape == k.shape:  # (one pass over both)
-                f = np.stack((q, k))
-                x = np.maximum(f, zero)
-                np.minimum(f, zero, out=f)
-                f[0] -= shift
-                np.exp(f, out=f)
-                f += x
-                r = f if R is None else _rotate_row_half(f, R[0], R[1], h)
-                a, b, c, e = r[0], r[1], f[0, ..., 0, :], f[1, ..., 0, :]
-            else:
-                c = np.minimum(q, zero)
-                c -= shift
-                np.exp(c, out=c)
-                c += np.maximum(q, zero)
-                e = np.exp(np.minimum(k, zero))
-                e += np.maximum(k, zero)
-                a, b = c, e
-                if R is not None:
-                    a, b = _rotate_row_half(c, R[0], R[1], h), _rotate_row_half(e, R[0], R[1], h)
-                c, e = c[..., 0, :], e[..., 0, :]
+            c = np.minimum(q, zero)
+            c -= shift
+            np.exp(c, out=c)
+            c += np.maximum(q, zero)
+            e = np.exp(np.minimum(k, zero))
+            e += np.maximum(k, zero)
+            a, b = c, e
+            if R is not None:
+                h, (C, Sn) = q.shape[-1] // 2, R
+                a, b = _rotate_row_half(c, C, Sn, h), _rotate_row_half(e, C, Sn, h)
+            c, e = c[..., 0, :], e[..., 0, :]
             S2 = np.swapaxes(b, -1, -2) * v
             S2 += S
             z2 = np.add(z, e)
