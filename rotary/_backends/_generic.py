@@ -653,12 +653,11 @@ class Backend:
         outs: list[Array] = []  # (outputs joined at the end, where none is written in place)
         out: Array | None = None  # (the one output, written part by part)
 
-        def fits(shape: tuple[Any, ...], dtype: DType) -> bool:
+        def fits(buf: Array, shape: tuple[Any, ...], dtype: DType) -> bool:
             return (
-                out is not None
-                and out.dtype == dtype
-                and tuple(out.shape[:-2]) == tuple(shape[:-2])
-                and (out.shape[-1] == shape[-1])
+                buf.dtype == dtype
+                and tuple(buf.shape[:-2]) == tuple(shape[:-2])
+                and buf.shape[-1] == shape[-1]
             )
 
         for start in range(0, n, block):
@@ -677,11 +676,15 @@ class Backend:
                     nonlocal out
                     if not writes or outs or shape[-2] != stop - start:
                         return None
-                    if out is None:
-                        out = xp.empty((*shape[:-2], n, shape[-1]), dtype=dtype, device=device)
-                    if not fits(shape, dtype):
+                    buf = (
+                        xp.empty((*shape[:-2], n, shape[-1]), dtype=dtype, device=device)
+                        if out is None
+                        else out
+                    )
+                    out = buf
+                    if not fits(buf, shape, dtype):
                         return None
-                    given.append(out[..., start:stop, :])
+                    given.append(buf[..., start:stop, :])
                     return given[-1]
 
                 carry, o = body(carry, src.take(start, stop, n), place)
@@ -697,13 +700,15 @@ class Backend:
                 and writes
                 and is_writeable(o)
                 and self.fast(o)
-                and (out is None or fits(o.shape, o.dtype))
+                and (out is None or fits(out, o.shape, o.dtype))
             ):
-                if out is None:
-                    out = xp.empty(
-                        (*o.shape[:-2], n, o.shape[-1]), dtype=o.dtype, device=self.creation_device(o)
-                    )
-                out[..., start:stop, :] = o
+                buf = (
+                    xp.empty((*o.shape[:-2], n, o.shape[-1]), dtype=o.dtype, device=self.creation_device(o))
+                    if out is None
+                    else out
+                )
+                buf[..., start:stop, :] = o
+                out = buf
                 continue
             if out is not None:  # (the parts written so far, then the rest joined)
                 outs.append(out[..., :start, :])
