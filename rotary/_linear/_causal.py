@@ -112,9 +112,9 @@ def _eager_part(be: Backend, part: int, q: Array, k: Array, v: Array, F: int, bu
     torch, CuPy): as many whole parts of ``part`` as keep a part's feature rows within ``budget``
     bytes, so each part's fixed cost (its Python, its small kernels) is paid less often; else
     ``part`` (a compiled scan has no such cost).  Non-causal parts of 2,048 tokens (4 heads of
-    64; no ``C x C`` products) measured 1.16x faster at 64k in torch, 1.06x in NumPy.  (Causal
-    parts of 1,024 tokens were 1.07x and 1.03x faster, but their working memory beyond the
-    output, 0.31x the output in torch at 64k, breaks the 0.25x bound, so they keep 512.)"""
+    64; no ``C x C`` products) measured 1.16-1.18x faster at 64k in torch, 1.03-1.06x in NumPy.
+    (Causal parts of 1,024 tokens were about 1.06x and 1.03x faster, but their working memory
+    beyond the output, 0.31x the output in torch at 64k, breaks the 0.25x bound: they keep 512.)"""
     dims = (*q.shape[:-2], *k.shape[:-2], v.shape[-1], F)
     if not (be.writable and be.values_readable and all(isinstance(d, int) for d in dims)):
         return part
