@@ -59,7 +59,7 @@ def _attend(
     if g is not None or docs is not None:
         return _bidirectional(call, be, dev, parts, q, k, v, p, mask, g, init, axis, out_dtype, docs)
     # non-causal: the keys' summary, then every query against it
-    part = _eager_part(be, part, q, k, v, F, _NONCAUSAL_PART_BYTES)
+    part = _noncausal_part(be, part, q, k, v, F)
     ksrc = _linear.Source((k, v, kp, mask), (-2, -2, axis, -1))
 
     def absorb(carry: Any, s: _linear.Source) -> tuple[Any, None]:
@@ -107,19 +107,20 @@ def _attend(
 _NONCAUSAL_PART_BYTES = 1 << 21
 
 
-def _eager_part(be: Backend, part: int, q: Array, k: Array, v: Array, F: int, budget: int) -> int:
-    """Tokens per part where the backend loops over parts in Python (eager and writeable: NumPy,
-    torch, CuPy): as many whole parts of ``part`` as keep a part's feature rows within ``budget``
-    bytes, so each part's fixed cost (its Python, its small kernels) is paid less often; else
-    ``part`` (a compiled scan has no such cost).  Non-causal parts of 2,048 tokens (4 heads of
-    64; no ``C x C`` products) measured 1.16-1.18x faster at 64k in torch, 1.03-1.06x in NumPy.
-    (Causal parts of 1,024 tokens were about 1.06x and 1.03x faster, but their working memory
-    beyond the output, 0.31x the output in torch at 64k, breaks the 0.25x bound: they keep 512.)"""
+def _noncausal_part(be: Backend, part: int, q: Array, k: Array, v: Array, F: int) -> int:
+    """Tokens per non-causal part where the backend loops over parts in Python (eager and
+    writeable: NumPy, torch, CuPy): as many whole parts of ``part`` as keep a part's feature rows
+    within :data:`_NONCAUSAL_PART_BYTES`, so each part's fixed cost (its Python, its small
+    kernels) is paid less often; else ``part`` (a compiled scan has no such cost).  Parts of
+    2,048 tokens (4 heads of 64; no ``C x C`` products) measured 1.16-1.18x faster at 64k in
+    torch, 1.03-1.06x in NumPy.  (Causal parts of 1,024 tokens were about 1.06x and 1.03x
+    faster, but their working memory beyond the output, 0.31x the output in torch at 64k,
+    breaks the 0.25x bound: they keep 512.)"""
     dims = (*q.shape[:-2], *k.shape[:-2], v.shape[-1], F)
     if not (be.writable and be.values_readable and all(isinstance(d, int) for d in dims)):
         return part
     rows = max(math.prod(q.shape[:-2]), math.prod(k.shape[:-2])) * max(F, v.shape[-1]) * 4
-    return part * max(1, budget // (rows * part))
+    return part * max(1, _NONCAUSAL_PART_BYTES // (rows * part))
 
 
 def _forward(
