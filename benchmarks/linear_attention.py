@@ -528,6 +528,12 @@ def _decode_cases(lib: str, heads: int = VS_HEADS) -> dict[str, Callable[[], Any
         Sc, zc = conv(Sn), conv(zn)  # (the careful step's own, updated in place)
         cases[CAREFUL] = _loop(lambda t, st: (c_step(q, k, v, Sc, zc, *tables, t), st), None)
         cases[HURRIED] = _loop(_hurried(h_step, q, k, v), (S, z))
+        # where the time goes: the careful step returning a new state (as a library's step must),
+        # and rotary's shortcut alone (its bits, without the entry point's lookups and checks)
+        c_new = careful.numpy_step_new if lib == "numpy" else careful.torch_step_new
+        cases[CAREFUL_NEW] = _loop(_hurried(lambda *a: c_new(*a[:5], *tables, a[5]), q, k, v), (S, z))
+        alone = _step_alone(rope, q, k, v, S, z)
+        cases[ALONE] = _loop(_hurried(lambda q, k, v, S, z, t: alone(q, k, v, t, S, z), q, k, v), (S, z))
         return cases
     if lib == "jax":
         try:
@@ -562,6 +568,18 @@ def _decode_cases(lib: str, heads: int = VS_HEADS) -> dict[str, Callable[[], Any
     raise ValueError(lib)
 
 
+def _step_alone(rope: Any, q: Any, k: Any, v: Any, S: Any, z: Any) -> Callable[..., Any]:
+    """rotary's decoding shortcut for these arguments (``Backend.linear_step`` with RoPE's rows):
+    ``step(q, k, v, pos, S, z) -> (out, S, z)``, the kernel a call reaches after its checks."""
+    from rotary._backends import backend_for
+    from rotary._lib._compat import namespace_of
+
+    be = backend_for(namespace_of(q, k, v, names=("q", "k", "v")))
+    step = be.linear_step("elu+1", 0.0, rope._decode_rows(be, q, k), (q, k, v, S, z))
+    assert step is not None
+    return step
+
+
 def _hurried(step: Callable[..., Any], q: Any, k: Any, v: Any) -> Callable[[int, Any], tuple[Any, Any]]:
     def f(t: int, st: Any) -> tuple[Any, Any]:
         o, S, z = step(q, k, v, *st, t)
@@ -572,6 +590,9 @@ def _hurried(step: Callable[..., Any], q: Any, k: Any, v: Any) -> Callable[[int,
 
 #: The names of the baselines' cases and rows.
 CAREFUL, HURRIED = "careful hand-written", "hurried hand-written"
+#: The decoding rows' breakdown (informational): the careful step as a pure function, and
+#: rotary's shortcut without its entry point.
+CAREFUL_NEW, ALONE = "careful, new state (pure)", "shortcut alone (rotary's bits, no entry point)"
 
 #: Targets of rotary against the careful hand-written code (time ratio, at most).
 VS_TARGETS = {"causal": 1.0, "noncausal": 1.0, "decode": 1.2}

@@ -132,9 +132,8 @@ def torch_step_tables(n: int, d: int) -> tuple[Any, Any]:
     return torch.cat([c, c], -1), torch.cat([-s, s], -1)
 
 
-def torch_step(q: Any, k: Any, v: Any, S: Any, z: Any, C: Any, Sn: Any, p: int) -> Any:
-    """One token ``(..., 1, d)`` at position ``p`` from ``(S, z)`` (updated in place), with the
-    rows of :func:`torch_step_tables`; returns the output."""
+def _torch_step_features(q: Any, k: Any, C: Any, Sn: Any, p: int) -> tuple[Any, Any, Any, Any]:
+    """``(rotated phi(q), rotated phi(k), phi(q), phi(k))`` of one token at position ``p``."""
     import torch
     import torch.nn.functional as F
 
@@ -144,9 +143,29 @@ def torch_step(q: Any, k: Any, v: Any, S: Any, z: Any, C: Any, Sn: Any, p: int) 
     fk = F.elu(k).add_(1)
     a = torch.mul(fq, c).add_(fq.roll(h, -1).mul_(s))
     b = torch.mul(fk, c).add_(fk.roll(h, -1).mul_(s))
+    return a, b, fq, fk
+
+
+def torch_step(q: Any, k: Any, v: Any, S: Any, z: Any, C: Any, Sn: Any, p: int) -> Any:
+    """One token ``(..., 1, d)`` at position ``p`` from ``(S, z)`` (updated in place), with the
+    rows of :func:`torch_step_tables`; returns the output."""
+    import torch
+
+    a, b, fq, fk = _torch_step_features(q, k, C, Sn, p)
     S.addcmul_(b.mT, v)
     z.add_(fk[..., 0, :])
     return torch.matmul(a, S).div_(torch.matmul(fq, z[..., None]))
+
+
+def torch_step_new(q: Any, k: Any, v: Any, S: Any, z: Any, C: Any, Sn: Any, p: int) -> tuple[Any, Any, Any]:
+    """:func:`torch_step` as a pure function: ``(out, S, z)``, the carried state left as it was
+    (what a library step that never mutates its inputs must do)."""
+    import torch
+
+    a, b, fq, fk = _torch_step_features(q, k, C, Sn, p)
+    S = torch.addcmul(S, b.mT, v)
+    z = torch.add(z, fk[..., 0, :])
+    return torch.matmul(a, S).div_(torch.matmul(fq, z[..., None])), S, z
 
 
 # -- NumPy --------------------------------------------------------------------------------------
@@ -249,6 +268,20 @@ def numpy_step_tables(n: int, d: int) -> tuple[np.ndarray, np.ndarray]:
     return numpy_tables(n, d)
 
 
+def _np_step_features(
+    q: np.ndarray, k: np.ndarray, C: np.ndarray, Sn: np.ndarray, p: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(rotated phi(q), rotated phi(k), phi(q), phi(k))`` of one token at position ``p``."""
+    c, s = C[p], Sn[p]
+    h = q.shape[-1] // 2
+    fq = np.maximum(q, 0) + np.exp(np.minimum(q, 0))
+    fk = np.maximum(k, 0) + np.exp(np.minimum(k, 0))
+    q1, q2, k1, k2 = fq[..., :h], fq[..., h:], fk[..., :h], fk[..., h:]
+    a = np.concatenate([q1 * c - q2 * s, q2 * c + q1 * s], axis=-1)
+    b = np.concatenate([k1 * c - k2 * s, k2 * c + k1 * s], axis=-1)
+    return a, b, fq, fk
+
+
 def numpy_step(
     q: np.ndarray,
     k: np.ndarray,
@@ -261,16 +294,18 @@ def numpy_step(
 ) -> np.ndarray:
     """One token ``(..., 1, d)`` at position ``p`` from ``(S, z)`` (updated in place), with the
     rows of :func:`numpy_step_tables`; returns the output."""
-    c, s = C[p], Sn[p]
-    h = q.shape[-1] // 2
-    fq = np.maximum(q, 0) + np.exp(np.minimum(q, 0))
-    fk = np.maximum(k, 0) + np.exp(np.minimum(k, 0))
-    q1, q2, k1, k2 = fq[..., :h], fq[..., h:], fk[..., :h], fk[..., h:]
-    a = np.concatenate([q1 * c - q2 * s, q2 * c + q1 * s], axis=-1)
-    b = np.concatenate([k1 * c - k2 * s, k2 * c + k1 * s], axis=-1)
+    a, b, fq, fk = _np_step_features(q, k, C, Sn, p)
     S += b.swapaxes(-1, -2) * v
     z += fk[..., 0, :]
     return (a @ S) / (fq @ z[..., None])
+
+
+def numpy_step_new(q: Any, k: Any, v: Any, S: Any, z: Any, C: Any, Sn: Any, p: int) -> tuple[Any, Any, Any]:
+    """:func:`numpy_step` as a pure function: ``(out, S, z)``, the carried state left as it was."""
+    a, b, fq, fk = _np_step_features(q, k, C, Sn, p)
+    S = S + b.swapaxes(-1, -2) * v
+    z = z + fk[..., 0, :]
+    return (a @ S) / (fq @ z[..., None]), S, z
 
 
 # -- JAX (to be called under jax.jit) ---------------------------------------------------------

@@ -130,9 +130,12 @@ def test_careful_baselines_compute_linear_attention(lib):
     st = rotary.linear_attention_state(k[..., :255, :], v[..., :255, :], pos[:255])
     one = tuple(np.ascontiguousarray(x[..., 255:, :]) for x in (q, k, v))
     S, z = np.array(st.S), np.array(st.z)
+    new = None  # (the pure step's output and state, where the library has one)
     if lib == "numpy":
         got = [careful.numpy_causal(q, k, v), careful.numpy_noncausal(q, k, v, block=64)]
         got += [careful.numpy_noncausal(q, k, v), careful.numpy_causal(*odd)]
+        new = careful.numpy_step_new(*one, S, z, *careful.numpy_step_tables(512, 16), 255)
+        np.testing.assert_array_equal(S, st.S)  # (left as it was)
         step = careful.numpy_step(*one, S, z, *careful.numpy_step_tables(512, 16), 255)
         S1 = S
     elif lib == "torch":
@@ -141,6 +144,9 @@ def test_careful_baselines_compute_linear_attention(lib):
         got = [careful.torch_causal(*t), careful.torch_noncausal(*t, block=64), careful.torch_noncausal(*t)]
         got.append(careful.torch_causal(*(torch.from_numpy(x) for x in odd)))
         St, zt = torch.from_numpy(S), torch.from_numpy(z)
+        t1, tables = [torch.from_numpy(x) for x in one], careful.torch_step_tables(512, 16)
+        new = [x.numpy() for x in careful.torch_step_new(*t1, St, zt, *tables, 255)]
+        np.testing.assert_array_equal(S, st.S)  # (left as it was)
         step = careful.torch_step(
             *(torch.from_numpy(x) for x in one), St, zt, *careful.torch_step_tables(512, 16), 255
         )
@@ -161,6 +167,10 @@ def test_careful_baselines_compute_linear_attention(lib):
     np.testing.assert_allclose(step, want_c[..., 255:, :], rtol=2e-4, atol=2e-4)
     whole = rotary.linear_attention_state(k, v, pos)
     np.testing.assert_allclose(S1, whole.S, rtol=2e-4, atol=2e-3)
+    if new is not None:  # the pure step: the in-place one's output and state
+        np.testing.assert_allclose(new[0], want_c[..., 255:, :], rtol=2e-4, atol=2e-4)
+        np.testing.assert_allclose(new[1], whole.S, rtol=2e-4, atol=2e-3)
+        np.testing.assert_allclose(new[2], whole.z, rtol=2e-4, atol=2e-3)
 
 
 @pytest.mark.parametrize("lib", LIBS)
