@@ -118,3 +118,20 @@ def test_ndonnx_model_sizes() -> None:
         got.append((len(model.graph.node), len(model.SerializeToString())))
     assert int(m.group(1)) == got[0][0] and float(m.group(2)) == round(got[0][1] / 1e6, 1)
     assert int(m.group(3)) == got[1][0] and float(m.group(4)) == round(got[1][1] / 1e3, 1)
+
+
+#: The guides that explain the benchmark table: every ratio they quote is a target of a row.
+RATIO_PAGES = ("docs/guides/performance.rst", "docs/guides/state.rst", "docs/guides/linear_attention.rst")
+
+
+@pytest.mark.parametrize("page", RATIO_PAGES)
+def test_guides_quote_no_measured_ratio(page: str) -> None:
+    """A ratio written into a guide (``1.16x``, ``~180x``) goes stale with the next run: the
+    guides name the rows of ``benchmarks/results-cpu.json`` instead, and the only ratios they
+    write are the rows' targets."""
+    import json
+
+    rows = json.loads((ROOT / "benchmarks/results-cpu.json").read_text())["rows"]
+    targets = {float(r[t]) for r in rows for t in ("target", "floor_target") if r.get(t) is not None}
+    quoted = [float(x) for x in re.findall(r"(?<![\w.])~?(\d+(?:\.\d+)?)x\b", _read(page))]
+    assert [x for x in quoted if x not in targets] == [], f"{page} quotes measured ratios"
