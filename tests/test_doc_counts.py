@@ -121,7 +121,12 @@ def test_ndonnx_model_sizes() -> None:
 
 
 #: The guides that explain the benchmark table: every ratio they quote is a target of a row.
-RATIO_PAGES = ("docs/guides/performance.rst", "docs/guides/state.rst", "docs/guides/linear_attention.rst")
+RATIO_PAGES = (
+    "docs/guides/performance.rst",
+    "docs/guides/state.rst",
+    "docs/guides/linear_attention.rst",
+    "docs/guides/numerics.rst",
+)
 
 
 @pytest.mark.parametrize("page", RATIO_PAGES)
