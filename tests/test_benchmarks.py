@@ -134,9 +134,10 @@ def test_careful_baselines_compute_linear_attention(lib):
     if lib == "numpy":
         got = [careful.numpy_causal(q, k, v), careful.numpy_noncausal(q, k, v, block=64)]
         got += [careful.numpy_noncausal(q, k, v), careful.numpy_causal(*odd)]
-        new = careful.numpy_step_new(*one, S, z, *careful.numpy_step_tables(512, 16), 255)
+        tables = careful.numpy_step_tables(512, 16)
+        new = careful.numpy_step_new(*one, S, z, *tables, 255)
         np.testing.assert_array_equal(S, st.S)  # (left as it was)
-        step = careful.numpy_step(*one, S, z, *careful.numpy_step_tables(512, 16), 255)
+        step = careful.numpy_step(*one, S, z, *tables, 255)
         S1 = S
     elif lib == "torch":
         torch = pytest.importorskip("torch")
@@ -147,9 +148,7 @@ def test_careful_baselines_compute_linear_attention(lib):
         t1, tables = [torch.from_numpy(x) for x in one], careful.torch_step_tables(512, 16)
         new = [x.numpy() for x in careful.torch_step_new(*t1, St, zt, *tables, 255)]
         np.testing.assert_array_equal(S, st.S)  # (left as it was)
-        step = careful.torch_step(
-            *(torch.from_numpy(x) for x in one), St, zt, *careful.torch_step_tables(512, 16), 255
-        )
+        step = careful.torch_step(*t1, St, zt, *tables, 255)
         got, step, S1 = [g.numpy() for g in got], step.numpy(), St.numpy()
     else:
         jax = pytest.importorskip("jax")
